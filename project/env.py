@@ -1,0 +1,98 @@
+"""Reading settings from the environment, with errors a person can act on.
+
+Every value Haulage reads from the environment goes through these helpers so
+that a malformed one stops start-up with one sentence naming the variable,
+instead of a traceback from deep inside a library.
+"""
+
+import os
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class SettingsError(ImproperlyConfigured):
+    """An environment variable is missing or malformed; the message says which and how to fix it."""
+
+
+TRUE = {"1", "true", "yes", "on"}
+FALSE = {"0", "false", "no", "off", ""}
+
+
+def get_str(name, default=""):
+    return os.environ.get(name, default)
+
+
+def get_bool(name, default=False):
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in TRUE:
+        return True
+    if value in FALSE:
+        return False
+    raise SettingsError(f"{name} must be true or false (1/0, yes/no, on/off), not {raw!r}.")
+
+
+def get_number(name, default, kind=float, minimum=None):
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        noun = "a whole number" if kind is int else "a number"
+        raise SettingsError(f"{name} must be {noun}, not {raw!r}.") from None
+    if minimum is not None and value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, not {raw!r}.")
+    return value
+
+
+def get_list(name, default=()):
+    raw = os.environ.get(name)
+    if raw is None:
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def get_database(name, default):
+    """Parse a database URL with dj-database-url, naming the variable when it is malformed."""
+    import dj_database_url
+
+    raw = os.environ.get(name) or default
+    try:
+        config = dj_database_url.parse(raw, conn_max_age=600, conn_health_checks=True)
+    except (ValueError, KeyError) as exc:
+        raise SettingsError(
+            f"{name} is not a database URL Haulage understands ({exc}); "
+            "use postgres://user:password@host:5432/name or sqlite:///path/to/file.sqlite3."
+        ) from None
+    if config.get("ENGINE") not in {
+        "django.db.backends.postgresql",
+        "django.db.backends.sqlite3",
+    }:
+        raise SettingsError(f"{name} must point at PostgreSQL or SQLite, not {config.get('ENGINE')}.")
+    return config
+
+
+def get_redis_url(name):
+    """A Redis URL, or "" for the embedded local mode."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ""
+    parts = urlsplit(raw)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        valid = False
+    else:
+        valid = parts.scheme in {"redis", "rediss"} and bool(parts.hostname) or (
+            parts.scheme == "unix" and bool(parts.path)
+        )
+    if not valid:
+        raise SettingsError(
+            f"{name} is not a Redis URL ({raw!r}); use redis://host:6379/0, "
+            "or leave it unset for the embedded local mode."
+        )
+    return raw

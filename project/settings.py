@@ -1,0 +1,146 @@
+"""Haulage settings: configuration only, every value from the environment.
+
+The README's settings table documents each variable; `jobs/conf.py` (and each
+app's `conf.py`) holds the queue's own knobs with their defaults and units.
+"""
+
+from pathlib import Path
+
+from django.utils.translation import gettext_lazy as _
+
+from project import env
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env.get_str("HAULAGE_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env.get_bool("DEBUG", False)
+
+# A key that is public (in this file) or missing must never sign production
+# cookies: with DEBUG off it stops start-up instead.
+INSECURE_DEV_KEY = "insecure-dev-key-only-for-debug"
+SECRET_KEY = env.get_str("SECRET_KEY") or (INSECURE_DEV_KEY if DEBUG else "")
+if not DEBUG and SECRET_KEY in ("", INSECURE_DEV_KEY):
+    raise env.SettingsError(
+        "SECRET_KEY must be set to a long random value when DEBUG is off "
+        "(generate one with: python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+    )
+
+ALLOWED_HOSTS = env.get_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.get_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "core",
+    "jobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "core.tokens.BearerTokenMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "core.middleware.LoginRequiredMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = "project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------
+# Default: an SQLite file under var/. WAL lets readers work beside the one
+# writer, IMMEDIATE makes every transaction take the write lock up front (so
+# two worker processes queue for it instead of deadlocking on an upgrade), and
+# the timeout makes them wait for it instead of failing with "locked".
+DATABASES = {"default": env.get_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'haulage.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+    }
+    # SQLite connections are cheap, and the health check is pointless for a file.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # Tests use a file too, so worker subprocesses can share the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis (unset = embedded local mode) ----------------------------------
+REDIS_URL = env.get_redis_url("REDIS_URL")
+
+# --- Accounts -------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# --- Languages ------------------------------------------------------------
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", _("English")), ("zh-hans", _("Simplified Chinese"))]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+USE_I18N = True
+TIME_ZONE = env.get_str("TIME_ZONE", "UTC")
+USE_TZ = True
+
+# --- Files ----------------------------------------------------------------
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env.get_str("STATIC_ROOT", str(VAR_DIR / "static")))
+MEDIA_URL = "media/"
+MEDIA_ROOT = Path(env.get_str("MEDIA_ROOT", str(VAR_DIR / "media")))
+
+# --- Security (production) ------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the cookie-less meta tag; harmless either way
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+if not DEBUG:
+    SECURE_SSL_REDIRECT = env.get_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env.get_number("SECURE_HSTS_SECONDS", 31536000, int, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.get_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}
+STATICFILES_DIRS = [BASE_DIR / "static"]

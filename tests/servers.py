@@ -1,0 +1,42 @@
+"""Handles on the throw-away servers that tests/services.py started."""
+
+import os
+import subprocess
+
+import pytest
+
+REQUIRED = os.environ.get("REQUIRE_SERVICES") == "1"
+
+
+def need(what, present):
+    """Skip (or, with REQUIRE_SERVICES=1, fail) a test whose service is missing."""
+    if present:
+        return
+    message = f"{what} is not available"
+    if REQUIRED:
+        pytest.fail(f"REQUIRE_SERVICES=1 but {message}", pytrace=False)
+    pytest.skip(message)
+
+
+class PostgresServer:
+    """Stop and start the test PostgreSQL server, as the chaos tests need."""
+
+    def __init__(self):
+        self.bin = os.environ["TEST_PG_BIN"]
+        self.data = os.environ["TEST_PG_DATA"]
+        self.options = os.environ["TEST_PG_OPTIONS"]
+        self.log = os.environ["TEST_PG_LOG"]
+        user = os.environ.get("TEST_PG_USER")
+        self.prefix = ["runuser", "-u", user, "--"] if user else []
+
+    def pg_ctl(self, *args):
+        subprocess.run(
+            self.prefix + [f"{self.bin}/pg_ctl", "-D", self.data, *args],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self, mode="fast"):
+        self.pg_ctl("-m", mode, "-w", "stop")
+
+    def start(self):
+        self.pg_ctl("-l", self.log, "-w", "-t", "30", "-o", self.options, "start")
