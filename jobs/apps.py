@@ -7,3 +7,16 @@ class JobsConfig(AppConfig):
 
     name = "jobs"
     verbose_name = _("Jobs")
+
+    def ready(self):
+        # Apps declare their kinds in a `handlers` module; importing them here
+        # means every process (web and worker) knows every kind's policy.
+        from importlib import import_module
+
+        from django.utils.module_loading import autodiscover_modules
+
+        from jobs import conf
+
+        autodiscover_modules("handlers")
+        for module in conf.handler_modules():
+            import_module(module)

@@ -29,8 +29,13 @@ def is_local_mode():
     return not settings.REDIS_URL
 
 
-def build_client(url=None):
-    """A new client; `url` defaults to REDIS_URL (or the local fakeredis server)."""
+def build_client(url=None, *, decode_responses=True):
+    """A new client; `url` defaults to REDIS_URL (or the local fakeredis server).
+
+    `decode_responses=False` gives bytes back: the CV worker reads queue items
+    that way, so a message that is not UTF-8 can still be dead-lettered and
+    removed by its exact value instead of failing inside the client.
+    """
     global _fake_server
     url = url if url is not None else settings.REDIS_URL
     common = dict(
@@ -38,7 +43,7 @@ def build_client(url=None):
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         retry=Retry(NoBackoff(), 0),
         retry_on_timeout=False,
-        decode_responses=True,
+        decode_responses=decode_responses,
     )
     if url:
         return redis.Redis.from_url(url, **common)
@@ -47,7 +52,22 @@ def build_client(url=None):
     with _lock:
         if _fake_server is None:
             _fake_server = fakeredis.FakeServer()
-    return fakeredis.FakeRedis(server=_fake_server, decode_responses=True)
+    return fakeredis.FakeRedis(server=_fake_server, decode_responses=decode_responses)
+
+
+def block_slice_s(client):
+    """How long one blocking read on `client` may wait: `BLOCK_SLICE_S`, or less
+    when the client was built with a shorter socket timeout (at most half of it,
+    so the server's empty reply always arrives before the client gives up)."""
+    timeout_s = client.connection_pool.connection_kwargs.get("socket_timeout")
+    if not timeout_s:
+        return BLOCK_SLICE_S
+    return max(0.05, min(BLOCK_SLICE_S, timeout_s / 2))
+
+
+def is_fake(client):
+    """True for the in-process fakeredis of local mode."""
+    return type(client).__module__.startswith("fakeredis")
 
 
 def get_client():

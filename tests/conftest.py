@@ -1,4 +1,5 @@
 import os
+import threading
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -73,3 +74,37 @@ def browser_type_launch_args(browser_type_launch_args):
             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
         ],
     }
+
+
+# --- The engine -------------------------------------------------------------
+import tests.handlers  # noqa: E402,F401 - registers the test kinds
+
+
+@pytest.fixture
+def fast_engine(settings):
+    """Short timings so recovery tests take seconds."""
+    settings.JOBS_LEASE_SECONDS = 3
+    settings.JOBS_HEARTBEAT_SECONDS = 1
+    settings.JOBS_RESCUE_INTERVAL_SECONDS = 1
+    settings.JOBS_POLL_SECONDS = 0.5
+    settings.JOBS_SHUTDOWN_GRACE_SECONDS = 2
+    settings.JOBS_PROGRESS_INTERVAL_SECONDS = 0
+    return settings
+
+
+@pytest.fixture
+def run_worker(fast_engine):
+    """Run an in-process Worker until it has nothing left (`--burst`), then return it."""
+    from jobs.worker import Worker
+
+    def run(**options):
+        options.setdefault("burst", True)
+        options.setdefault("concurrency", 4)
+        worker = Worker(**options)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        thread.join(options.pop("timeout", 30))
+        assert not thread.is_alive(), "the worker did not finish in time"
+        return worker
+
+    return run

@@ -1,0 +1,155 @@
+"""Claiming: taking READY jobs for a worker, safely across many processes.
+
+One short transaction per queue:
+
+1. read the queue's settings (paused? a global limit or a gap? then lock its row);
+2. pick candidates in claim order from the partial index, skipping rows other
+   claimers hold (`FOR UPDATE SKIP LOCKED`);
+3. lock the limit rows of the candidates' concurrency keys and count the
+   RUNNING jobs that carry them;
+4. take the candidates that fit every key; park the ones behind a full key
+   (they leave the claim index until a slot frees);
+5. mark the taken ones RUNNING with a fresh lease, by id.
+
+Step 5 updates a list of ids computed in step 2-4, never "the first N rows of
+a subquery": the planner is free to re-evaluate a LIMIT subquery inside an
+UPDATE and take more rows than asked (Oban fences it with a CTE for the same
+reason). The job runs after the transaction commits.
+
+On SQLite the transaction is IMMEDIATE (see settings): it takes the database's
+write lock first, so claimers are serialised and SKIP LOCKED (which Django
+silently ignores there) is not needed.
+"""
+
+import uuid
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from jobs import conf, services, sql
+from jobs.models import CLAIM_ORDER, Job, JobStatus, Queue
+
+# Candidates read per round: a few more than wanted, so some may be blocked.
+OVERFETCH = 8
+ROUNDS = 3
+
+
+def claim(worker, *, queues, kinds, limit):
+    """Claim up to `limit` jobs of `kinds` from `queues` (in that order) for `worker`."""
+    claimed = []
+    for queue in queues:
+        if len(claimed) >= limit:
+            break
+        claimed.extend(_claim_from(queue, worker=worker, kinds=kinds, want=limit - len(claimed)))
+    return claimed
+
+
+def _claim_from(queue, *, worker, kinds, want):
+    with transaction.atomic():
+        settings_row = Queue.objects.filter(name=queue).first()
+        if settings_row is not None:
+            if settings_row.paused:
+                return []
+            if settings_row.concurrency is not None or settings_row.gap_seconds:
+                want = _queue_allowance(queue, want)
+        if want <= 0:
+            return []
+        chosen = _choose(queue, kinds=kinds, want=want)
+        if not chosen:
+            return []
+        token = uuid.uuid4()
+        lease = timedelta(seconds=conf.JOBS_LEASE_SECONDS)
+        Job.objects.filter(pk__in=[job.pk for job in chosen]).update(
+            status=JobStatus.RUNNING,
+            worker=worker,
+            lease_token=token,
+            lease_expires_at=Now() + lease,
+            attempts=F("attempts") + 1,
+            started_at=Now(),
+            stop_requested="",
+            worker_ids=sql.json_append("worker_ids", worker.name),
+        )
+        if settings_row is not None and settings_row.gap_seconds:
+            Queue.objects.filter(name=queue).update(last_started_at=Now())
+    for job in chosen:
+        job.status = JobStatus.RUNNING
+        job.worker = worker
+        job.lease_token = token
+        job.attempts += 1
+        job.worker_ids = [*job.worker_ids, worker.name]
+    return chosen
+
+
+def _queue_allowance(queue, want):
+    """How many jobs a queue with a global limit or gap may start now (its row is locked)."""
+    row = Queue.objects.select_for_update().get(name=queue)
+    if row.gap_seconds:
+        if row.last_started_at and timezone.now() - row.last_started_at < timedelta(
+            seconds=row.gap_seconds
+        ):
+            return 0
+        want = 1  # a gap between starts means one start per gap
+    if row.concurrency is not None:
+        running = Job.objects.filter(queue=queue, status=JobStatus.RUNNING).count()
+        want = min(want, row.concurrency - running)
+    return want
+
+
+def _choose(queue, *, kinds, want):
+    chosen, seen = [], []
+    for _ in range(ROUNDS):
+        batch = want - len(chosen)
+        candidates = list(
+            Job.objects.filter(
+                status=JobStatus.READY,
+                blocked_key__isnull=True,
+                queue=queue,
+                kind__in=kinds,
+                run_after__lte=Now(),
+            )
+            .exclude(pk__in=seen)
+            .order_by(*CLAIM_ORDER)
+            .select_for_update(skip_locked=True)[: batch + OVERFETCH]
+        )
+        if not candidates:
+            break
+        seen.extend(job.pk for job in candidates)
+        chosen.extend(_fit(candidates, queue=queue, room=batch))
+        if len(chosen) >= want or len(candidates) < batch + OVERFETCH:
+            break
+    return chosen
+
+
+def _fit(candidates, *, queue, room):
+    """The candidates whose every key has a free slot, in order; park the rest."""
+    keys = {key for job in candidates for key in job.concurrency_keys}
+    limits = sql.lock_limits(keys)
+    in_use = sql.running_counts(list(keys))
+    taken, parked = [], {}
+    for job in candidates:
+        if len(taken) >= room:
+            break
+        # A key without a limit row is unlimited: enqueue always creates one.
+        full = next(
+            (k for k in job.concurrency_keys if k in limits and in_use.get(k, 0) >= limits[k]), None
+        )
+        if full is not None:
+            parked.setdefault(full, []).append(job.pk)
+            continue
+        for key in job.concurrency_keys:
+            in_use[key] = in_use.get(key, 0) + 1
+        taken.append(job)
+    for key, ids in parked.items():
+        services.park(ids, key, queue)
+    return taken
+
+
+def claimable_exists(*, queues, kinds):
+    """Whether any job is claimable now (for `--burst`); ignores keys and global limits."""
+    return Job.objects.filter(
+        Q(status=JobStatus.READY, blocked_key__isnull=True, queue__in=queues, kind__in=kinds,
+          run_after__lte=Now())
+    ).exists()

@@ -1,0 +1,62 @@
+"""What a handler receives: its job, progress reporting, and whether to stop."""
+
+import threading
+import time
+
+from jobs import conf, services
+
+
+class JobContext:
+    """Passed to every handler as its first argument.
+
+    `progress()` writes at most about once per JOBS_PROGRESS_INTERVAL_SECONDS
+    (the latest values win; the final one is flushed by the engine), and
+    `should_stop()` turns true when the job was cancelled or paused, its lease
+    was lost, it ran past its timeout, or the worker is shutting down. A
+    handler that sees it should return or raise promptly; what is recorded
+    then depends on `stop_reason`, not on what the handler returns.
+    """
+
+    def __init__(self, job, *, worker_id=""):
+        self.job = job
+        self.worker_id = worker_id
+        self.stop_reason = None  # cancel | pause | lease_lost | timeout | shutdown
+        self._stop = threading.Event()
+        self._last_write = 0.0
+        self._pending = None
+        self.started_monotonic = time.monotonic()
+
+    @property
+    def attempt(self):
+        return self.job.attempts
+
+    @property
+    def payload(self):
+        return self.job.payload
+
+    def progress(self, fraction=None, *, phase=None, message=None, force=False):
+        self._pending = {"fraction": fraction, "phase": phase, "message": message}
+        now = time.monotonic()
+        if force or now - self._last_write >= conf.JOBS_PROGRESS_INTERVAL_SECONDS:
+            self.flush_progress()
+
+    def flush_progress(self):
+        if self._pending is None:
+            return
+        pending, self._pending = self._pending, None
+        self._last_write = time.monotonic()
+        if not services.report_progress(self.job, **pending):
+            # The guarded write matched nothing: another worker or a person owns the job now.
+            self.request_stop("lease_lost")
+
+    def should_stop(self):
+        return self._stop.is_set()
+
+    def request_stop(self, reason):
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._stop.set()
+
+    def wait(self, seconds):
+        """Sleep that wakes early when the job should stop; returns should_stop()."""
+        return self._stop.wait(seconds)

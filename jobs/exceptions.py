@@ -1,0 +1,45 @@
+"""One class per failure of the engine, each with the sentence a caller needs."""
+
+
+class JobError(Exception):
+    """Base class of the engine's errors."""
+
+
+class UnknownKind(JobError):
+    """No handler is registered under this kind name; register it with @jobs.kind first."""
+
+
+class InvalidPayload(JobError, ValueError):
+    """The payload cannot be stored: it must be JSON-serialisable, finite, without NUL characters, and small."""
+
+
+class InvalidPriority(JobError, ValueError):
+    """Priorities are whole numbers from -100 to 100 (higher runs first)."""
+
+
+class IllegalTransition(JobError):
+    """The job is not in a state that allows this action (it changed meanwhile, or never could)."""
+
+
+# Raised by handlers to say what happens next -------------------------------
+
+
+class Retry(JobError):
+    """Run the job again after `delay_s` (spends an attempt; fails once attempts run out)."""
+
+    def __init__(self, message="", *, delay_s=None, code="retry"):
+        super().__init__(message)
+        self.delay_s = delay_s
+        self.code = code
+
+
+class Fail(JobError):
+    """Fail the job now, without retrying: the error is permanent."""
+
+    def __init__(self, message="", *, code="failed"):
+        super().__init__(message)
+        self.code = code
+
+
+class Stopped(JobError):
+    """Raised inside a handler when `ctx.should_stop()` is true and it chooses to unwind."""

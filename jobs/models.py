@@ -1,0 +1,246 @@
+"""The engine's tables: every job of every kind is one row of `Job`.
+
+The states and which transitions move a job between them are documented in
+docs/lifecycle.md; the transitions themselves live in `jobs/services.py`, one
+guarded UPDATE each. Nothing else writes `status`.
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+PRIORITY_MIN, PRIORITY_MAX = -100, 100  # Django's Tasks convention: higher runs first
+
+
+class JobStatus(models.TextChoices):
+    # Waiting to be claimed (possibly not before `run_after`). In: enqueue,
+    # retry, resume, lease rescue, graceful shutdown. Out: claim, pause, cancel.
+    READY = "READY", _("Queued")
+    # Claimed by a worker that holds a lease. Out: success, failure, retry,
+    # pause, cancel, lease rescue, shutdown requeue.
+    RUNNING = "RUNNING", _("Running")
+    # Held back by a person; never claimed. Out: resume (to READY), cancel.
+    PAUSED = "PAUSED", _("Paused")
+    # Final states. Out: a manual retry, a new fingerprint, a cool-down re-arm.
+    SUCCESSFUL = "SUCCESSFUL", _("Finished")
+    FAILED = "FAILED", _("Failed")
+    CANCELLED = "CANCELLED", _("Cancelled")
+
+
+LIVE_STATUSES = (JobStatus.READY, JobStatus.RUNNING, JobStatus.PAUSED)
+FINISHED_STATUSES = (JobStatus.SUCCESSFUL, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class JobQuerySet(models.QuerySet):
+    def live(self):
+        return self.filter(status__in=LIVE_STATUSES)
+
+    def finished(self):
+        return self.filter(status__in=FINISHED_STATUSES)
+
+    def ready(self):
+        return self.filter(status=JobStatus.READY)
+
+    def running(self):
+        return self.filter(status=JobStatus.RUNNING)
+
+    def in_claim_order(self):
+        """The order workers take READY jobs in; the claim SQL and every page share it."""
+        return self.order_by(*CLAIM_ORDER)
+
+
+# The one ordering expression: priority, then staff's manual position, then age.
+CLAIM_ORDER = ("-priority", "position", "enqueued_at", "id")
+
+
+class Job(models.Model):
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    kind = models.CharField(_("kind"), max_length=200)
+    queue = models.CharField(_("queue"), max_length=100, default="default")
+    payload = models.JSONField(_("payload"), default=dict)
+    status = models.CharField(_("status"), max_length=10, choices=JobStatus, default=JobStatus.READY)
+    priority = models.SmallIntegerField(_("priority"), default=0)
+    # Staff's ordering within a priority: lower runs first; "move to front"
+    # writes a value below the queue's smallest.
+    position = models.BigIntegerField(_("position"), default=0)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    unique_key = models.CharField(_("unique key"), max_length=255, null=True, blank=True)
+    fingerprint = models.CharField(_("fingerprint"), max_length=128, blank=True, default="")
+    concurrency_keys = models.JSONField(_("concurrency keys"), default=list, blank=True)
+    # Set while a READY job waits for a concurrency key at its limit: such jobs
+    # leave the claim index, so one user's 100k queued jobs never make the
+    # claim scan past them (see jobs/claiming.py).
+    blocked_key = models.CharField(max_length=255, null=True, blank=True, editable=False)
+    # "cancel" or "pause" asked of a RUNNING job: it stays RUNNING (holding its
+    # slots) until its worker has really stopped it, so limits hold throughout.
+    stop_requested = models.CharField(max_length=10, blank=True, default="")
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    max_attempts = models.PositiveIntegerField(_("max attempts"), default=1)
+    run_after = models.DateTimeField(_("run after"), default=timezone.now)
+
+    # The lease: which worker holds the job, with which token, until when.
+    worker = models.ForeignKey(
+        "jobs.Worker", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    lease_token = models.UUIDField(null=True, blank=True, editable=False)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Django's TaskResult.worker_ids: one entry per attempt.
+    worker_ids = models.JSONField(default=list, blank=True)
+
+    progress = models.FloatField(_("progress"), null=True, blank=True)  # 0..1
+    phase = models.CharField(_("phase"), max_length=100, blank=True, default="")
+    progress_message = models.CharField(max_length=500, blank=True, default="")
+    progress_at = models.DateTimeField(null=True, blank=True)
+
+    result = models.JSONField(_("result"), null=True, blank=True)
+    error = models.TextField(_("error"), blank=True, default="")
+    error_code = models.CharField(_("error code"), max_length=50, blank=True, default="")
+    # One entry per failed attempt: exception path, traceback, code (capped).
+    errors = models.JSONField(default=list, blank=True)
+
+    enqueued_at = models.DateTimeField(_("enqueued"), default=timezone.now)
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN) & Q(priority__lte=PRIORITY_MAX),
+                name="jobs_job_priority_range",
+            ),
+            # At most one live job per unique key; enqueue upserts against it.
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                condition=Q(status__in=LIVE_STATUSES),
+                name="jobs_job_unique_live_key",
+            ),
+        ]
+        indexes = [
+            # The claim: exactly the claimable set, in claim order.
+            models.Index(
+                "queue", models.F("priority").desc(), "position", "enqueued_at", "id",
+                condition=Q(status=JobStatus.READY, blocked_key__isnull=True),
+                name="jobs_job_claimable",
+            ),
+            # Jobs parked behind a busy key, unparked one per freed slot.
+            models.Index(
+                "blocked_key", models.F("priority").desc(), "position", "enqueued_at", "id",
+                condition=Q(status=JobStatus.READY, blocked_key__isnull=False),
+                name="jobs_job_blocked",
+            ),
+            # Running jobs: lease renewal, rescue, per-key counts. Small by nature.
+            models.Index(fields=["lease_expires_at"], condition=Q(status=JobStatus.RUNNING),
+                         name="jobs_job_running"),
+            models.Index(fields=["unique_key", "-id"], condition=Q(unique_key__isnull=False),
+                         name="jobs_job_unique_key"),
+            models.Index(fields=["owner", "status"], name="jobs_job_owner_status"),
+            models.Index(fields=["finished_at"], condition=Q(status__in=FINISHED_STATUSES),
+                         name="jobs_job_finished"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} #{self.pk} ({self.status})"
+
+    @property
+    def is_live(self):
+        return self.status in LIVE_STATUSES
+
+    @property
+    def is_finished(self):
+        return self.status in FINISHED_STATUSES
+
+
+class JobEvent(models.Model):
+    """A transition a person will ask about: manual actions, rescues, retries, failures."""
+
+    class Kind(models.TextChoices):
+        ENQUEUED = "enqueued", _("enqueued")
+        RETRY = "retry", _("retry scheduled")
+        RESCUED = "rescued", _("rescued after its lease expired")
+        FAILED = "failed", _("failed")
+        CANCELLED = "cancelled", _("cancelled")
+        PAUSED = "paused", _("paused")
+        RESUMED = "resumed", _("resumed")
+        REQUEUED = "requeued", _("requeued at shutdown")
+        RETRIED = "retried", _("retried by hand")
+        REARMED = "rearmed", _("re-armed after cool-down")
+        MOVED = "moved", _("moved in the queue")
+        PRIORITY = "priority", _("priority changed")
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=20, choices=Kind)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    reason = models.TextField(blank=True, default="")
+    attempt = models.PositiveIntegerField(default=0)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"])]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class Worker(models.Model):
+    """A registered worker process (runworker or CV worker) and its heartbeat."""
+
+    class Command(models.TextChoices):
+        NONE = "", _("none")
+        QUIET = "quiet", _("stop claiming")
+        STOP = "stop", _("stop")
+
+    name = models.CharField(max_length=200)  # --worker-id, or host:pid
+    host = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    role = models.CharField(max_length=20, default="runworker")
+    queues = models.JSONField(default=list)
+    kinds = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    command = models.CharField(max_length=10, choices=Command, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["heartbeat_at"], condition=Q(stopped_at__isnull=True),
+                                name="jobs_worker_alive")]
+
+    def __str__(self):
+        return self.name
+
+
+class Queue(models.Model):
+    """Per-queue settings staff change live; a queue without a row uses the defaults."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    # Jobs of this queue running at once across the whole deployment (null: no limit).
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    gap_seconds = models.FloatField(default=0)  # minimum time between two job starts
+    last_started_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return self.name
+
+
+class ConcurrencyLimit(models.Model):
+    """How many RUNNING jobs may carry `key` at once (e.g. "user:42" -> 2)."""
+
+    key = models.CharField(max_length=255, primary_key=True)
+    limit = models.PositiveIntegerField()
+
+    def __str__(self):
+        return f"{self.key} ≤ {self.limit}"

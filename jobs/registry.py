@@ -1,0 +1,97 @@
+"""Kinds: a name, a handler and the policy the engine applies to its jobs.
+
+Apps declare their kinds with the decorator; the engine does the rest:
+
+    @jobs.registry.kind("downloads.fetch", queue="downloads", max_attempts=3,
+                        mode="process", concurrency_keys=lambda p, owner: [...])
+    def fetch(ctx, payload):
+        ...
+"""
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from jobs import conf
+from jobs.exceptions import UnknownKind
+
+MODES = ("inline", "process", "redis")
+
+
+@dataclass(frozen=True)
+class Policy:
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int | None = None  # None: JOBS_DEFAULT_MAX_ATTEMPTS
+    backoff_base_s: float | None = None  # None: JOBS_BACKOFF_BASE_SECONDS
+    backoff_max_s: float | None = None
+    timeout_s: float | None = None  # wall-clock cap of one attempt
+    mode: str = "inline"
+    # Computed at enqueue from (payload, owner); each may be None.
+    unique_key: Callable[[dict, Any], str | None] | None = None
+    concurrency_keys: Callable[[dict, Any], list[str]] | None = None
+    fingerprint: Callable[[dict, Any], str] | None = None
+    # Limit used for a concurrency key that has no ConcurrencyLimit row yet.
+    default_limits: dict[str, int] = field(default_factory=dict)
+    # FAILED jobs are re-armed (attempts reset) this long after giving up.
+    cooldown_s: float | None = None
+    # Options for the process / redis modes (stall timeout, resource limits…).
+    options: dict = field(default_factory=dict)
+
+    def attempts_allowed(self):
+        return self.max_attempts if self.max_attempts is not None else conf.JOBS_DEFAULT_MAX_ATTEMPTS
+
+    def backoff_s(self, attempt):
+        """Exponential backoff with full jitter, so a failing dependency is not hit in lockstep."""
+        base = self.backoff_base_s if self.backoff_base_s is not None else conf.JOBS_BACKOFF_BASE_SECONDS
+        cap = self.backoff_max_s if self.backoff_max_s is not None else conf.JOBS_BACKOFF_MAX_SECONDS
+        ceiling = min(cap, base * 2 ** max(0, attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def limit_for(self, key):
+        """The default limit of a key, by its namespace ("user:42" -> default_limits["user"])."""
+        return self.default_limits.get(key.split(":", 1)[0], self.default_limits.get("*", 1))
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    handler: Callable
+    policy: Policy
+
+
+_kinds: dict[str, Kind] = {}
+
+
+def kind(name, **policy):
+    """Register the decorated function as the handler of jobs of kind `name`."""
+    if policy.get("mode", "inline") not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+
+    def register(handler):
+        _kinds[name] = Kind(name=name, handler=handler, policy=Policy(**policy))
+        return handler
+
+    return register
+
+
+def register(name, handler, **policy):
+    """Register without a decorator (used by the Django Tasks backend)."""
+    kind(name, **policy)(handler)
+    return _kinds[name]
+
+
+def get(name):
+    try:
+        return _kinds[name]
+    except KeyError:
+        raise UnknownKind(f"No job kind named {name!r} is registered.") from None
+
+
+def names():
+    return sorted(_kinds)
+
+
+def unregister(name):
+    """For tests that register throw-away kinds."""
+    _kinds.pop(name, None)

@@ -1,0 +1,634 @@
+"""Every change of a job's state, one function each.
+
+Each transition is a single guarded UPDATE: it names the states it may start
+from and, for a RUNNING job, the lease token of the worker that holds it. A
+late or stale writer (a worker that lost its lease, a second click) matches no
+row and changes nothing; the function reports that instead of resurrecting a
+cancelled job or overwriting a rescued one.
+"""
+
+import logging
+import traceback
+import uuid
+from datetime import timedelta
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from jobs import conf, payloads, registry, sql
+from jobs.exceptions import IllegalTransition, InvalidPriority
+from jobs.models import (
+    CLAIM_ORDER,
+    FINISHED_STATUSES,
+    LIVE_STATUSES,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    ConcurrencyLimit,
+    Job,
+    JobEvent,
+    JobStatus,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_ERRORS_KEPT = 10  # per job: enough to see a pattern, bounded so a row stays small
+UNPARK_BATCH = 1000
+
+
+# --- Enqueue ---------------------------------------------------------------
+
+
+def _check_priority(priority):
+    if isinstance(priority, bool) or not isinstance(priority, int) or not (
+        PRIORITY_MIN <= priority <= PRIORITY_MAX
+    ):
+        raise InvalidPriority(
+            _("Priority must be a whole number from %(min)d to %(max)d, not %(value)r.")
+            % {"min": PRIORITY_MIN, "max": PRIORITY_MAX, "value": priority}
+        )
+
+
+def build_job(
+    kind,
+    payload=None,
+    *,
+    priority=None,
+    queue=None,
+    owner=None,
+    run_after=None,
+    unique_key=None,
+    fingerprint=None,
+    concurrency_keys=None,
+    max_attempts=None,
+):
+    """A validated, unsaved Job; raises before anything is written."""
+    spec = registry.get(kind)
+    policy = spec.policy
+    payload = {} if payload is None else payload
+    payloads.validate(payload)
+    priority = policy.priority if priority is None else priority
+    _check_priority(priority)
+    if unique_key is None and policy.unique_key:
+        unique_key = policy.unique_key(payload, owner)
+    if fingerprint is None:
+        fingerprint = policy.fingerprint(payload, owner) if policy.fingerprint else ""
+    if concurrency_keys is None:
+        concurrency_keys = policy.concurrency_keys(payload, owner) if policy.concurrency_keys else []
+    now = timezone.now()
+    return Job(
+        kind=kind,
+        queue=queue or policy.queue,
+        payload=payload,
+        priority=priority,
+        owner=owner,
+        unique_key=unique_key or None,
+        fingerprint=fingerprint or "",
+        concurrency_keys=sorted(set(concurrency_keys)),
+        max_attempts=max_attempts or policy.attempts_allowed(),
+        run_after=max(run_after, now) if run_after else now,
+        enqueued_at=now,
+    )
+
+
+def _ensure_limits(jobs):
+    """Give every concurrency key a limit row (the kind's default) so the claim can lock it."""
+    rows = {}
+    for job in jobs:
+        policy = registry.get(job.kind).policy
+        for key in job.concurrency_keys:
+            rows.setdefault(key, ConcurrencyLimit(key=key, limit=policy.limit_for(key)))
+    if rows:
+        ConcurrencyLimit.objects.bulk_create(rows.values(), ignore_conflicts=True)
+
+
+def enqueue(kind, payload=None, *, supersede=False, **options):
+    """Queue one job and return it (or the live/finished job it merges into).
+
+    - unique key: at most one live job per key; enqueueing again returns it,
+      promoted when asked at a higher priority (never demoted);
+    - fingerprint: a finished job with the same key and fingerprint is
+      returned as it is; a new fingerprint queues a new run, attempts from 0;
+    - supersede: READY jobs of this kind and owner for other keys are cancelled;
+    - transactional: inside `transaction.atomic()` the job exists only if that commits.
+    """
+    job = build_job(kind, payload, **options)
+    _ensure_limits([job])
+    if job.unique_key is None:
+        job.save(force_insert=True)
+        _notify(job.queue)
+        return job
+    if supersede:
+        _supersede(job)
+    if job.fingerprint:
+        latest = Job.objects.filter(unique_key=job.unique_key).order_by("-id").first()
+        if latest and latest.is_finished and latest.fingerprint == job.fingerprint:
+            return latest
+    job_id, inserted = _insert_or_promote(job)
+    if inserted:
+        _notify(job.queue)
+        job.pk = job_id
+        return job
+    return Job.objects.get(pk=job_id)
+
+
+def _insert_or_promote(job):
+    """INSERT the job, or raise the priority of the live job holding its key, in one statement.
+
+    The partial unique index arbitrates between two enqueuers racing on one
+    key: exactly one row is inserted and the other caller gets that row. A
+    read-then-write would let both insert (or both miss) under concurrency.
+    """
+    fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
+    job.updated_at = timezone.now()
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    values = [f.get_db_prep_save(getattr(job, f.attname), connection) for f in fields]
+    marks = ", ".join(["%s"] * len(fields))
+    live = ", ".join(f"'{s}'" for s in LIVE_STATUSES)
+    statement = (
+        f"INSERT INTO jobs_job ({columns}) VALUES ({marks}) "
+        f"ON CONFLICT (unique_key) WHERE status IN ({live}) DO UPDATE SET "
+        "priority = CASE WHEN excluded.priority > jobs_job.priority "
+        "THEN excluded.priority ELSE jobs_job.priority END "
+        "RETURNING id, public_id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, values)
+        job_id, public_id = cursor.fetchone()
+    return job_id, str(public_id).replace("-", "") == job.public_id.hex
+
+
+def enqueue_many(specs):
+    """Queue many jobs in one INSERT. `specs` are (kind, payload, options) tuples.
+
+    Unique jobs need the per-key upsert; send those through `enqueue()`.
+    """
+    jobs = [build_job(kind, payload, **options) for kind, payload, options in specs]
+    if any(job.unique_key for job in jobs):
+        raise ValueError(_("Bulk enqueue takes jobs without a unique key; use enqueue() for those."))
+    _ensure_limits(jobs)
+    created = Job.objects.bulk_create(jobs)
+    for queue in {job.queue for job in jobs}:
+        _notify(queue)
+    return created
+
+
+def _supersede(job):
+    """Cancel READY jobs of the same kind and owner that are for another subject."""
+    stale = Job.objects.filter(kind=job.kind, owner=job.owner, status=JobStatus.READY).exclude(
+        unique_key=job.unique_key
+    )
+    stale.update(
+        status=JobStatus.CANCELLED,
+        error=_("Superseded by a newer request."),
+        error_code="superseded",
+        finished_at=Now(),
+        blocked_key=None,
+    )
+
+
+def _notify(queue):
+    """Wake idle workers of `queue` (PostgreSQL delivers the notification at commit)."""
+    from jobs import wakeup
+
+    wakeup.notify(queue)
+
+
+# --- Worker-side transitions (guarded by the lease token) ------------------
+
+
+def _running(job_id, token):
+    return Job.objects.filter(pk=job_id, status=JobStatus.RUNNING, lease_token=token)
+
+
+def _end_lease():
+    return {"worker": None, "lease_token": None, "lease_expires_at": None, "blocked_key": None,
+            "stop_requested": ""}
+
+
+def complete(job, result=None):
+    """RUNNING → SUCCESSFUL. False when the lease was lost meanwhile (nothing written)."""
+    with transaction.atomic():
+        changed = _running(job.pk, job.lease_token).update(
+            status=JobStatus.SUCCESSFUL,
+            result=result,
+            progress=1.0,
+            finished_at=Now(),
+            error="",
+            error_code="",
+            **_end_lease(),
+        )
+        if changed:
+            release_keys(job.concurrency_keys)
+    return bool(changed)
+
+
+def complete_many(jobs_results):
+    """Complete a batch of (job, result) in one transaction; returns the ids that stuck.
+
+    One UPDATE per distinct result keeps the common no-result case to a single
+    statement for the whole batch.
+    """
+    done = []
+    with transaction.atomic():
+        by_result = {}
+        for job, result in jobs_results:
+            by_result.setdefault(_result_key(result), (result, []))[1].append(job)
+        for result, jobs in by_result.values():
+            guard = Q()
+            for job in jobs:
+                guard |= Q(pk=job.pk, lease_token=job.lease_token)
+            ids = list(
+                Job.objects.filter(guard, status=JobStatus.RUNNING).values_list("pk", flat=True)
+            )
+            Job.objects.filter(pk__in=ids).update(
+                status=JobStatus.SUCCESSFUL, result=result, progress=1.0, finished_at=Now(),
+                error="", error_code="", **_end_lease(),
+            )
+            done.extend(ids)
+        keyed = [k for job, _ in jobs_results if job.pk in set(done) for k in job.concurrency_keys]
+        release_keys(keyed)
+    return done
+
+
+def _result_key(result):
+    import json
+
+    return json.dumps(result, sort_keys=True, default=str)
+
+
+def fail(job, *, error, code="error", exc=None, retry=True, delay_s=None):
+    """RUNNING → READY later (a retry) or FAILED when attempts are spent or `retry` is off."""
+    spec_policy = _policy(job.kind)
+    entry = _error_entry(job, error, code, exc)
+    will_retry = retry and job.attempts < job.max_attempts
+    with transaction.atomic():
+        if will_retry:
+            delay = spec_policy.backoff_s(job.attempts) if delay_s is None else delay_s
+            changed = _running(job.pk, job.lease_token).update(
+                status=JobStatus.READY,
+                run_after=Now() + timedelta(seconds=delay),
+                error=error,
+                error_code=code,
+                errors=_appended_errors(job, entry),
+                **_end_lease(),
+            )
+            kind = JobEvent.Kind.RETRY
+        else:
+            changed = _running(job.pk, job.lease_token).update(
+                status=JobStatus.FAILED,
+                finished_at=Now(),
+                error=error,
+                error_code=code,
+                errors=_appended_errors(job, entry),
+                **_end_lease(),
+            )
+            kind = JobEvent.Kind.FAILED
+        if changed:
+            JobEvent.objects.create(
+                job_id=job.pk, kind=kind, reason=error, attempt=job.attempts, data={"code": code}
+            )
+            release_keys(job.concurrency_keys)
+            if will_retry:
+                _notify(job.queue)
+    return bool(changed)
+
+
+def _policy(kind):
+    try:
+        return registry.get(kind).policy
+    except Exception:
+        return registry.Policy()
+
+
+def _error_entry(job, error, code, exc):
+    entry = {"attempt": job.attempts, "code": code, "message": error, "at": timezone.now().isoformat()}
+    if exc is not None:
+        entry["exception_class_path"] = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        entry["traceback"] = "".join(traceback.format_exception(exc))
+    return entry
+
+
+def _appended_errors(job, entry):
+    # The job in memory was read at claim time; errors only grow while a
+    # worker holds the lease, so appending here loses nothing.
+    return (list(job.errors or []) + [entry])[-MAX_ERRORS_KEPT:]
+
+
+def requeue(job, *, reason):
+    """RUNNING → READY without spending an attempt (graceful shutdown hands the job back)."""
+    with transaction.atomic():
+        changed = _running(job.pk, job.lease_token).update(
+            status=JobStatus.READY,
+            attempts=F("attempts") - 1,
+            run_after=Now(),
+            **_end_lease(),
+        )
+        if changed:
+            JobEvent.objects.create(job_id=job.pk, kind=JobEvent.Kind.REQUEUED, reason=reason,
+                                    attempt=job.attempts)
+            release_keys(job.concurrency_keys)
+            _notify(job.queue)
+    return bool(changed)
+
+
+def acknowledge_stop(job, *, reason=""):
+    """A worker stopped a job whose cancel or pause was requested: RUNNING → CANCELLED / PAUSED."""
+    current = Job.objects.filter(pk=job.pk).values_list("stop_requested", flat=True).first()
+    if current == "pause":
+        target, extra = JobStatus.PAUSED, {"attempts": F("attempts") - 1}  # a pause spends no attempt
+    else:
+        target, extra = JobStatus.CANCELLED, {"finished_at": Now()}
+    with transaction.atomic():
+        changed = _running(job.pk, job.lease_token).update(
+            status=target,
+            error_code="paused" if target == JobStatus.PAUSED else "cancelled",
+            error=reason,
+            **extra,
+            **_end_lease(),
+        )
+        if changed:
+            release_keys(job.concurrency_keys)
+    return target if changed else None
+
+
+def report_progress(job, *, fraction=None, phase=None, message=None):
+    """Write progress for a RUNNING job; False means the lease is gone and the handler must stop."""
+    fields = {"progress_at": Now()}
+    if fraction is not None:
+        fields["progress"] = max(0.0, min(1.0, float(fraction)))
+    if phase is not None:
+        fields["phase"] = str(phase)[:100]
+    if message is not None:
+        fields["progress_message"] = str(message)[:500]
+    return bool(_running(job.pk, job.lease_token).update(**fields))
+
+
+def renew_leases(worker, jobs):
+    """Extend the leases of the jobs this worker still runs; returns the ids whose lease held."""
+    if not jobs:
+        return set()
+    guard = Q()
+    for job in jobs:
+        guard |= Q(pk=job.pk, lease_token=job.lease_token)
+    lease = timedelta(seconds=conf.JOBS_LEASE_SECONDS)
+    held = Job.objects.filter(guard, status=JobStatus.RUNNING, worker=worker)
+    ids = set(held.values_list("pk", flat=True))
+    Job.objects.filter(pk__in=ids, status=JobStatus.RUNNING).update(lease_expires_at=Now() + lease)
+    return ids
+
+
+# --- Concurrency keys: parking and unparking -------------------------------
+
+
+def park(job_ids, key, queue):
+    """Take READY jobs waiting for `key` out of the claim index (caller holds the key's lock).
+
+    Besides the jobs the claim just met, park up to UNPARK_BATCH more of the
+    key's READY jobs, so one user's long backlog is set aside in a few
+    statements instead of being scanned past on every claim.
+    """
+    Job.objects.filter(pk__in=job_ids, status=JobStatus.READY).update(blocked_key=key)
+    skip = " FOR UPDATE SKIP LOCKED" if sql.is_postgres() else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE jobs_job SET blocked_key = %s WHERE id IN ("
+            "SELECT id FROM jobs_job WHERE status = 'READY' AND blocked_key IS NULL AND queue = %s "
+            f"AND {sql.has_key_condition()} LIMIT %s{skip})",
+            [key, queue, key, UNPARK_BATCH],
+        )
+
+
+def release_keys(keys):
+    """After jobs carrying `keys` left RUNNING: unpark as many waiting jobs as there are free slots."""
+    if not keys:
+        return
+    limits = sql.lock_limits(keys)
+    counts = sql.running_counts(list(limits))
+    for key, limit in limits.items():
+        free = limit - counts.get(key, 0)
+        if free <= 0:
+            continue
+        waiting = (
+            Job.objects.filter(status=JobStatus.READY, blocked_key=key)
+            .order_by(*CLAIM_ORDER)
+            .values_list("pk", flat=True)[:free]
+        )
+        ids = list(waiting)
+        if ids:
+            Job.objects.filter(pk__in=ids, status=JobStatus.READY, blocked_key=key).update(blocked_key=None)
+
+
+def set_limit(key, limit):
+    """Change a key's limit (e.g. staff edited a quota) and let waiting jobs use new slots."""
+    with transaction.atomic():
+        ConcurrencyLimit.objects.update_or_create(key=key, defaults={"limit": limit})
+        release_keys([key])
+
+
+# --- Actions of people (users, staff, the API) -----------------------------
+
+
+def _event(job_id, kind, actor, reason, **data):
+    JobEvent.objects.create(job_id=job_id, kind=kind, actor=actor, reason=reason or "", data=data)
+
+
+def cancel(job, *, actor=None, reason=""):
+    """READY/PAUSED → CANCELLED at once; RUNNING → asks its worker to stop (it then records CANCELLED)."""
+    with transaction.atomic():
+        changed = Job.objects.filter(
+            pk=job.pk, status__in=[JobStatus.READY, JobStatus.PAUSED]
+        ).update(status=JobStatus.CANCELLED, finished_at=Now(), error_code="cancelled",
+                 error=reason, blocked_key=None)
+        if not changed:
+            changed = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+                stop_requested="cancel"
+            )
+        if not changed:
+            raise IllegalTransition(_("Only a queued, running or paused job can be cancelled."))
+        _event(job.pk, JobEvent.Kind.CANCELLED, actor, reason)
+    _notify_stop(job.pk)
+
+
+def pause(job, *, actor=None, reason=""):
+    """READY → PAUSED at once; RUNNING → asks its worker to stop (it then records PAUSED)."""
+    with transaction.atomic():
+        changed = Job.objects.filter(pk=job.pk, status=JobStatus.READY).update(
+            status=JobStatus.PAUSED, blocked_key=None
+        )
+        if not changed:
+            changed = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+                stop_requested="pause"
+            )
+        if not changed:
+            raise IllegalTransition(_("Only a queued or running job can be paused."))
+        _event(job.pk, JobEvent.Kind.PAUSED, actor, reason)
+    _notify_stop(job.pk)
+
+
+def resume(job, *, actor=None, reason=""):
+    """PAUSED → READY, keeping its attempts."""
+    with transaction.atomic():
+        changed = Job.objects.filter(pk=job.pk, status=JobStatus.PAUSED).update(
+            status=JobStatus.READY, run_after=Now(), error_code="", error=""
+        )
+        if not changed:
+            raise IllegalTransition(_("Only a paused job can be resumed."))
+        _event(job.pk, JobEvent.Kind.RESUMED, actor, reason)
+    _notify(job.queue)
+
+
+def retry(job, *, actor=None, reason=""):
+    """FAILED/CANCELLED → READY with attempts reset (a person asked for another go)."""
+    try:
+        with transaction.atomic():
+            changed = Job.objects.filter(
+                pk=job.pk, status__in=[JobStatus.FAILED, JobStatus.CANCELLED]
+            ).update(status=JobStatus.READY, attempts=0, run_after=Now(), finished_at=None,
+                     error="", error_code="", progress=None, phase="", progress_message="")
+            if not changed:
+                raise IllegalTransition(_("Only a failed or cancelled job can be retried."))
+            _event(job.pk, JobEvent.Kind.RETRIED, actor, reason)
+    except IntegrityError:
+        raise IllegalTransition(_("Another job for the same thing is already queued or running.")) from None
+    _notify(job.queue)
+
+
+def set_priority(job, priority, *, actor=None, reason=""):
+    _check_priority(priority)
+    with transaction.atomic():
+        if not Job.objects.filter(pk=job.pk, status__in=LIVE_STATUSES).update(priority=priority):
+            raise IllegalTransition(_("Only a live job's priority can change."))
+        _event(job.pk, JobEvent.Kind.PRIORITY, actor, reason, priority=priority)
+
+
+def _notify_stop(job_id):
+    from jobs import wakeup
+
+    wakeup.notify_stop(job_id)
+
+
+# --- Recovery (the reaper, in every runworker) -----------------------------
+
+
+def rescue_expired(limit=500):
+    """RUNNING jobs whose lease expired go back to READY, or FAILED when attempts are spent.
+
+    Only an *expired* lease is taken: a live worker on another machine renews
+    its leases, so its jobs are never touched. The attempt the dead worker
+    started counts: a job that kills its worker cannot loop forever.
+    """
+    expired = list(
+        Job.objects.filter(status=JobStatus.RUNNING, lease_expires_at__lt=Now())
+        .only("pk", "lease_token", "attempts", "max_attempts", "concurrency_keys", "queue",
+              "stop_requested", "kind", "errors")[:limit]
+    )
+    rescued = []
+    for job in expired:
+        guard = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, lease_token=job.lease_token,
+                                   lease_expires_at__lt=Now())
+        message = _("The worker running this job stopped answering; its lease expired.")
+        with transaction.atomic():
+            if job.stop_requested == "cancel":
+                changed = guard.update(status=JobStatus.CANCELLED, finished_at=Now(),
+                                       error_code="cancelled", **_end_lease())
+            elif job.stop_requested == "pause":
+                changed = guard.update(status=JobStatus.PAUSED, attempts=F("attempts") - 1,
+                                       error_code="paused", **_end_lease())
+            elif job.attempts < job.max_attempts:
+                changed = guard.update(status=JobStatus.READY, run_after=Now(), error=message,
+                                       error_code="lease_expired", **_end_lease())
+            else:
+                entry = _error_entry(job, message, "lease_expired", None)
+                changed = guard.update(status=JobStatus.FAILED, finished_at=Now(), error=message,
+                                       error_code="lease_expired",
+                                       errors=_appended_errors(job, entry), **_end_lease())
+            if changed:
+                JobEvent.objects.create(job_id=job.pk, kind=JobEvent.Kind.RESCUED,
+                                        reason=message, attempt=job.attempts)
+                release_keys(job.concurrency_keys)
+                rescued.append(job.pk)
+        if changed:
+            _notify(job.queue)
+    return rescued
+
+
+def rearm_after_cooldown():
+    """FAILED jobs of kinds with a cool-down are queued again, attempts reset, once it has passed."""
+    rearmed = []
+    for name in registry.names():
+        cooldown = registry.get(name).policy.cooldown_s
+        if not cooldown:
+            continue
+        due = Job.objects.filter(
+            kind=name, status=JobStatus.FAILED, finished_at__lt=Now() - timedelta(seconds=cooldown)
+        ).values_list("pk", "queue")[:500]
+        for pk, queue in due:
+            try:
+                with transaction.atomic():
+                    if Job.objects.filter(pk=pk, status=JobStatus.FAILED).update(
+                        status=JobStatus.READY, attempts=0, run_after=Now(), finished_at=None
+                    ):
+                        JobEvent.objects.create(job_id=pk, kind=JobEvent.Kind.REARMED)
+                        rearmed.append(pk)
+            except IntegrityError:
+                # A newer live job holds the key; this one stays failed and is superseded by it.
+                continue
+            _notify(queue)
+    return rearmed
+
+
+def fail_unserved(served_kinds):
+    """READY jobs of a kind no live worker serves fail after JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS."""
+    cutoff = Now() - timedelta(seconds=conf.JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS)
+    stale = Job.objects.filter(status=JobStatus.READY, enqueued_at__lt=cutoff).exclude(
+        kind__in=served_kinds
+    )
+    message = _("No worker serves this kind of job; deploy a worker that registers it, then retry.")
+    return stale.update(status=JobStatus.FAILED, finished_at=Now(), error=message,
+                        error_code="unknown_kind", blocked_key=None)
+
+
+def unpark_stranded():
+    """Safety net: unpark jobs parked behind keys that have free slots.
+
+    Every transition that frees a slot unparks in its own transaction; this
+    only catches rows whose RUNNING job vanished without one (a row deleted by hand).
+    """
+    keys = list(
+        Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=False)
+        .values_list("blocked_key", flat=True).distinct()[:200]
+    )
+    for key in keys:
+        with transaction.atomic():
+            release_keys([key])
+
+
+def new_token():
+    return uuid.uuid4()
+
+
+__all__ = [
+    "FINISHED_STATUSES",
+    "enqueue",
+    "enqueue_many",
+    "complete",
+    "complete_many",
+    "fail",
+    "requeue",
+    "acknowledge_stop",
+    "report_progress",
+    "renew_leases",
+    "cancel",
+    "pause",
+    "resume",
+    "retry",
+    "set_priority",
+    "set_limit",
+    "rescue_expired",
+    "rearm_after_cooldown",
+    "fail_unserved",
+    "unpark_stranded",
+]

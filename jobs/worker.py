@@ -1,0 +1,365 @@
+"""The worker: one supervisor process per machine, read top to bottom as the life of its jobs.
+
+    register → (claim → run → record)* → hand back what is left → unregister
+
+Threads: the main loop claims and records completions; one thread per running
+job runs its handler (or supervises its child process); the heartbeat thread
+beats, renews leases, routes cancel/pause requests, enforces timeouts and runs
+the reaper; on PostgreSQL a listener thread turns NOTIFY into wake-ups.
+"""
+
+import logging
+import os
+import queue as queue_module
+import signal
+import socket
+import threading
+import time
+from datetime import timedelta
+
+from django.db import DatabaseError, close_old_connections, connection
+from django.db.migrations.executor import MigrationExecutor
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from jobs import claiming, conf, execution, registry, services, wakeup
+from jobs.context import JobContext
+from jobs.models import Job, JobStatus, Worker as WorkerRow
+
+log = logging.getLogger("jobs.worker")
+
+
+class Running:
+    """A job this worker holds: its row as claimed, its context, its thread."""
+
+    __slots__ = ("job", "ctx", "thread", "timeout_s", "released")
+
+    def __init__(self, job, ctx, timeout_s):
+        self.job = job
+        self.ctx = ctx
+        self.thread = None
+        self.timeout_s = timeout_s
+        self.released = False
+
+
+class Worker:
+    def __init__(self, *, queues=("default",), concurrency=4, burst=False, max_jobs=None,
+                 name=None, kinds=None):
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.kinds = list(kinds) if kinds else registry.names()
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.row = None
+        self.running = {}  # job id -> Running
+        self.lock = threading.Lock()
+        self.completions = queue_module.SimpleQueue()
+        self.wake = threading.Event()  # something to claim, or a slot freed
+        self.stop_check = threading.Event()  # a cancel or pause was requested
+        self.stopping = threading.Event()  # first signal: stop claiming
+        self.hurry = threading.Event()  # second signal: hand everything back now
+        self.exited = threading.Event()
+        self.claimed_total = 0
+        self.quiet = False
+
+    # --- life -------------------------------------------------------------
+
+    def run(self):
+        """Serve until told to stop (a signal, --burst, --max-jobs, or staff's "stop")."""
+        if not self.wait_for_migrations():
+            return 1
+        self.register()
+        wakeup.subscribe(jobs=self.wake, stop=self.stop_check)
+        beat = threading.Thread(target=self.heartbeat_loop, name="haulage-heartbeat", daemon=True)
+        beat.start()
+        if connection.vendor == "postgresql":
+            wakeup.Listener(on_jobs=lambda _queue: self.wake.set(),
+                            on_stop=lambda _id: self.stop_check.set(),
+                            stopping=self.exited).start()
+        try:
+            self.main_loop()
+            self.shutdown()
+        finally:
+            self.exited.set()
+            wakeup.unsubscribe(jobs=self.wake, stop=self.stop_check)
+            self.unregister()
+        return 0
+
+    def main_loop(self):
+        idle_claims = 0
+        while not self.stopping.is_set():
+            self.flush_completions()
+            claimed = self.claim_some()
+            if claimed is None:  # the database is away: back off, then try again
+                self.stopping.wait(conf.JOBS_POLL_SECONDS)
+                continue
+            idle_claims = 0 if claimed or self.running else idle_claims + 1
+            if self.done_by_count() or (self.burst and idle_claims and self.nothing_left()):
+                break
+            if claimed and self.free_slots() > 0:
+                continue  # a full batch may mean more is waiting
+            self.wake.wait(conf.JOBS_POLL_SECONDS)
+            self.wake.clear()
+
+    def claim_some(self):
+        free = self.free_slots()
+        if self.quiet or free <= 0:
+            return []
+        if self.max_jobs is not None:
+            free = min(free, self.max_jobs - self.claimed_total)
+            if free <= 0:
+                return []
+        try:
+            jobs = claiming.claim(self.row, queues=self.queues, kinds=self.kinds, limit=free)
+        except DatabaseError as exc:
+            log.warning("claim failed (%s); retrying", exc.__class__.__name__)
+            self.reset_connection()
+            return None
+        for job in jobs:
+            self.start(job)
+        self.claimed_total += len(jobs)
+        return jobs
+
+    def free_slots(self):
+        with self.lock:
+            return self.concurrency - sum(1 for r in self.running.values() if not r.released)
+
+    def done_by_count(self):
+        return (self.max_jobs is not None and self.claimed_total >= self.max_jobs
+                and not self.running and self.completions.empty())
+
+    def nothing_left(self):
+        with self.lock:
+            busy = bool(self.running)
+        if busy or not self.completions.empty():
+            return False
+        try:
+            return not claiming.claimable_exists(queues=self.queues, kinds=self.kinds)
+        except DatabaseError:
+            self.reset_connection()
+            return False
+
+    # --- one job ----------------------------------------------------------
+
+    def start(self, job):
+        policy = registry.get(job.kind).policy
+        ctx = JobContext(job, worker_id=self.name)
+        entry = Running(job, ctx, policy.timeout_s)
+        with self.lock:
+            self.running[job.pk] = entry
+        target = self.run_inline
+        if policy.mode == "process":
+            from jobs import process_mode
+
+            target = process_mode.runner(self)
+        entry.thread = threading.Thread(target=target, args=(entry,), name=f"job-{job.pk}", daemon=True)
+        entry.thread.start()
+
+    def run_inline(self, entry):
+        job, ctx = entry.job, entry.ctx
+        try:
+            outcome, value = execution.run_handler(job, ctx)
+            if outcome == "ok" and ctx.stop_reason is None:
+                self.completions.put((entry, value))  # recorded in a batch by the main loop
+                self.wake.set()
+                return
+            execution.guarded(execution.settle, job, ctx, outcome, value)
+            self.release(entry)
+        finally:
+            # A thread per job means a connection per job that touched the
+            # database; close it rather than leak it.
+            connection.close()
+
+    def flush_completions(self):
+        batch = []
+        while not self.completions.empty():
+            batch.append(self.completions.get())
+        if not batch:
+            return
+        # Each was still RUNNING under our lease when its handler returned; the
+        # guarded UPDATE drops any whose lease was lost since.
+        result = execution.guarded(services.complete_many, [(e.job, value) for e, value in batch])
+        if result is None:
+            log.warning("%d completions not recorded; their leases will expire and they run again",
+                        len(batch))
+        for entry, _value in batch:
+            self.release(entry)
+
+    def release(self, entry):
+        with self.lock:
+            if self.running.get(entry.job.pk) is entry:
+                del self.running[entry.job.pk]
+        self.wake.set()
+
+    # --- heartbeat, leases, stop requests, timeouts, reaper ------------------
+
+    def heartbeat_loop(self):
+        next_beat = next_rescue = 0.0
+        while not self.exited.is_set():
+            try:
+                now = time.monotonic()
+                self.route_stop_requests()
+                self.enforce_timeouts()
+                if now >= next_beat:
+                    self.beat()
+                    next_beat = now + conf.JOBS_HEARTBEAT_SECONDS
+                if now >= next_rescue:
+                    self.reap()
+                    next_rescue = now + conf.JOBS_RESCUE_INTERVAL_SECONDS
+            except DatabaseError as exc:
+                log.warning("heartbeat failed (%s); retrying", exc.__class__.__name__)
+                self.reset_connection()
+            except Exception:  # noqa: BLE001 - this thread must outlive any single failure
+                log.exception("heartbeat loop error")
+            # Stop requests wake this thread at once (NOTIFY on PostgreSQL);
+            # otherwise check about every half second.
+            self.stop_check.wait(0.5)
+            self.stop_check.clear()
+
+    def beat(self):
+        updated = WorkerRow.objects.filter(pk=self.row.pk).update(heartbeat_at=Now())
+        command = WorkerRow.objects.filter(pk=self.row.pk).values_list("command", flat=True).first()
+        if not updated:
+            self.register()  # our row was pruned while we were away: come back
+        if command == WorkerRow.Command.QUIET:
+            self.quiet = True
+        elif command == WorkerRow.Command.STOP:
+            self.stopping.set()
+            self.wake.set()
+        with self.lock:
+            held = [r for r in self.running.values() if not r.released]
+        jobs = [r.job for r in held]
+        kept = services.renew_leases(self.row, jobs)
+        for entry in held:
+            if entry.job.pk not in kept:
+                entry.ctx.request_stop("lease_lost")
+
+    def route_stop_requests(self):
+        with self.lock:
+            ids = [pk for pk, r in self.running.items() if not r.released]
+        if not ids:
+            return
+        asked = Job.objects.filter(pk__in=ids, status=JobStatus.RUNNING).exclude(stop_requested="")
+        for pk, what in asked.values_list("pk", "stop_requested"):
+            entry = self.running.get(pk)
+            if entry is not None:
+                entry.ctx.request_stop(what)
+
+    def enforce_timeouts(self):
+        now = time.monotonic()
+        with self.lock:
+            late = [r for r in self.running.values() if not r.released and r.timeout_s
+                    and now - r.ctx.started_monotonic > r.timeout_s]
+        for entry in late:
+            # A thread cannot be killed: fail the job now, stop renewing its
+            # lease, and give its slot back; the thread ends when its handler does.
+            entry.ctx.request_stop("timeout")
+            services.fail(entry.job, error=execution.STOP_MESSAGES["timeout"], code="timeout")
+            entry.released = True
+            self.wake.set()
+
+    def reap(self):
+        """Recover what dead workers left behind; every runworker does this, so any survivor will."""
+        rescued = services.rescue_expired()
+        if rescued:
+            log.info("rescued %d job(s) whose lease expired: %s", len(rescued), rescued)
+            self.wake.set()
+        services.rearm_after_cooldown()
+        cutoff = timezone.now() - timedelta(seconds=conf.JOBS_WORKER_DEAD_AFTER_SECONDS)
+        WorkerRow.objects.filter(stopped_at__isnull=True, heartbeat_at__lt=cutoff).update(
+            stopped_at=Now()
+        )
+        served = set()
+        for kinds in WorkerRow.objects.filter(stopped_at__isnull=True).values_list("kinds", flat=True):
+            served.update(kinds)
+        services.fail_unserved(served)
+        services.unpark_stranded()
+
+    # --- shutdown -----------------------------------------------------------
+
+    def request_stop(self, signum=None, frame=None):
+        if self.stopping.is_set():
+            log.warning("second signal: handing running jobs back now")
+            self.hurry.set()
+        else:
+            log.info("stopping: no new claims; waiting up to %ss for running jobs",
+                     conf.JOBS_SHUTDOWN_GRACE_SECONDS)
+        self.stopping.set()
+        self.wake.set()
+
+    def shutdown(self):
+        deadline = time.monotonic() + conf.JOBS_SHUTDOWN_GRACE_SECONDS
+        while time.monotonic() < deadline and not self.hurry.is_set():
+            self.flush_completions()
+            with self.lock:
+                if not any(not r.released for r in self.running.values()):
+                    break
+            self.hurry.wait(0.1)
+        self.flush_completions()
+        with self.lock:
+            left = [r for r in self.running.values() if not r.released]
+        for entry in left:
+            entry.ctx.request_stop("shutdown")
+        # Give cooperative handlers (and child supervisors) a moment to unwind
+        # and requeue their own jobs; then requeue whatever is still ours.
+        until = time.monotonic() + (1.0 if self.hurry.is_set() else 5.0)
+        for entry in left:
+            if entry.thread is not None:
+                entry.thread.join(max(0.0, until - time.monotonic()))
+        self.flush_completions()
+        for entry in left:
+            execution.guarded(services.requeue, entry.job,
+                              reason=execution.STOP_MESSAGES["shutdown"])
+
+    # --- registration and the database ------------------------------------------
+
+    def register(self):
+        self.row = WorkerRow.objects.create(
+            name=self.name, host=socket.gethostname(), pid=os.getpid(), queues=self.queues,
+            kinds=self.kinds, concurrency=self.concurrency,
+        )
+        log.info("worker %s serving queues %s (%d kinds, concurrency %d)",
+                 self.name, ",".join(self.queues), len(self.kinds), self.concurrency)
+
+    def unregister(self):
+        try:
+            WorkerRow.objects.filter(pk=self.row.pk).update(stopped_at=Now())
+        except (DatabaseError, AttributeError):
+            pass
+
+    def wait_for_migrations(self):
+        """Wait for the schema instead of crash-looping while a deploy migrates."""
+        deadline = time.monotonic() + conf.JOBS_MIGRATION_WAIT_SECONDS
+        said = False
+        while not self.stopping.is_set():
+            try:
+                executor = MigrationExecutor(connection)
+                if not executor.migration_plan(executor.loader.graph.leaf_nodes()):
+                    return True
+                problem = "migrations are not applied yet"
+            except DatabaseError as exc:
+                problem = f"the database is unreachable ({exc.__class__.__name__})"
+                self.reset_connection()
+            if time.monotonic() > deadline:
+                log.error("giving up: %s after %ss", problem, conf.JOBS_MIGRATION_WAIT_SECONDS)
+                return False
+            if not said:
+                log.warning("waiting: %s", problem)
+                said = True
+            self.stopping.wait(2.0)
+        return False
+
+    @staticmethod
+    def reset_connection():
+        """Drop a broken connection so the next query reconnects (e.g. after a PostgreSQL restart)."""
+        try:
+            connection.close()
+        except Exception:  # noqa: BLE001
+            pass
+        close_old_connections()
+
+
+def install_signal_handlers(worker):
+    signal.signal(signal.SIGTERM, worker.request_stop)
+    signal.signal(signal.SIGINT, worker.request_stop)

@@ -1,0 +1,96 @@
+"""Tiny job kinds named for their behaviour, shared by the engine's tests.
+
+Loaded by tests/conftest.py, and by worker subprocesses through
+JOBS_HANDLER_MODULES=tests.handlers.
+"""
+
+import os
+import time
+
+from jobs.exceptions import Fail, Retry
+from jobs.registry import kind
+
+
+@kind("tests.noop")
+def noop(ctx, payload):
+    return None
+
+
+@kind("tests.echo", max_attempts=1)
+def echo(ctx, payload):
+    return {"echo": payload, "attempt": ctx.attempt}
+
+
+@kind("tests.fail_value_error", max_attempts=2, backoff_base_s=0)
+def fail_value_error(ctx, payload):
+    raise ValueError("bad value")
+
+
+@kind("tests.fail_permanent", max_attempts=5)
+def fail_permanent(ctx, payload):
+    raise Fail("the input can never work", code="bad_input")
+
+
+@kind("tests.retry_later", max_attempts=3)
+def retry_later(ctx, payload):
+    raise Retry("gateway busy", delay_s=payload.get("delay_s", 0), code="busy")
+
+
+@kind("tests.sleep_for", max_attempts=3)
+def sleep_for(ctx, payload):
+    """Sleeps cooperatively: returns early (and the engine records why) when asked to stop."""
+    ctx.wait(payload.get("seconds", 1))
+    return {"slept": payload.get("seconds", 1)}
+
+
+@kind("tests.hang", max_attempts=1, timeout_s=1)
+def hang(ctx, payload):
+    """Ignores should_stop: only the timeout can end it."""
+    time.sleep(payload.get("seconds", 3))
+    return {"finished": True}
+
+
+@kind("tests.progress", max_attempts=1)
+def progress(ctx, payload):
+    for step in range(1, 5):
+        ctx.progress(step / 4, phase="step", message=f"step {step}", force=True)
+    return {"steps": 4}
+
+
+@kind(
+    "tests.limited",
+    max_attempts=1,
+    concurrency_keys=lambda payload, owner: payload.get("keys", []),
+    default_limits={"user": 1, "asset": 1, "*": 1},
+)
+def limited(ctx, payload):
+    ctx.wait(payload.get("seconds", 0))
+    return None
+
+
+@kind("tests.unique", unique_key=lambda payload, owner: payload.get("key"),
+      fingerprint=lambda payload, owner: payload.get("data", ""))
+def unique(ctx, payload):
+    return payload
+
+
+@kind("tests.ledger", max_attempts=5)
+def ledger(ctx, payload):
+    """Append start and commit lines to a ledger file, for recovery tests across processes."""
+    path = payload["ledger"]
+    line = f"{ctx.job.pk} {ctx.attempt} {ctx.job.lease_token} {os.getpid()}"
+    with open(path, "a") as f:
+        f.write(f"start {line}\n")
+    if ctx.wait(payload.get("seconds", 0)):
+        with open(path, "a") as f:
+            f.write(f"stopped {line} {ctx.stop_reason}\n")
+        return None
+    ctx.progress(1.0, phase="done", force=True)
+    with open(path, "a") as f:
+        f.write(f"commit {line}\n")
+    return {"pid": os.getpid()}
+
+
+@kind("tests.other_queue", queue="other")
+def other_queue(ctx, payload):
+    return None

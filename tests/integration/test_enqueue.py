@@ -1,0 +1,148 @@
+"""Enqueue semantics, on PostgreSQL and SQLite."""
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from jobs import services
+from jobs.exceptions import InvalidPayload, InvalidPriority, UnknownKind
+from jobs.models import ConcurrencyLimit, Job, JobStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def test_enqueue_stores_the_policy_defaults():
+    job = services.enqueue("tests.echo", {"a": 1})
+    job.refresh_from_db()
+    assert job.status == JobStatus.READY
+    assert job.queue == "default"
+    assert job.max_attempts == 1
+    assert job.payload == {"a": 1}
+    assert job.attempts == 0
+
+
+@pytest.mark.parametrize(
+    "payload,match",
+    [
+        ({"x": float("nan")}, "NaN"),
+        ({"x": float("inf")}, "NaN or infinity"),
+        ({"x": "a\x00b"}, "NUL"),
+        ({"a\x00": 1}, "NUL"),
+        ({"x": object()}, "not JSON"),
+        ({1: "x"}, "keys must be strings"),
+        ({"x": "y" * 1_100_000}, "larger than"),
+    ],
+)
+def test_bad_payloads_are_refused_and_nothing_is_written(payload, match):
+    with pytest.raises(InvalidPayload, match=match):
+        services.enqueue("tests.echo", payload)
+    assert not Job.objects.exists()
+
+
+def test_deep_nesting_is_refused():
+    deep = current = {}
+    for _ in range(40):
+        current["x"] = {}
+        current = current["x"]
+    with pytest.raises(InvalidPayload, match="nested deeper"):
+        services.enqueue("tests.echo", deep)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("priority", [101, -101, 1.5, "high", True])
+def test_priority_out_of_range_is_refused(priority):
+    with pytest.raises(InvalidPriority):
+        services.enqueue("tests.echo", {}, priority=priority)
+    assert not Job.objects.exists()
+
+
+def test_unknown_kind_is_refused():
+    with pytest.raises(UnknownKind, match="tests.nope"):
+        services.enqueue("tests.nope", {})
+    assert not Job.objects.exists()
+
+
+def test_unique_key_returns_the_live_job_and_promotes_never_demotes():
+    first = services.enqueue("tests.unique", {"key": "k1"}, priority=0)
+    again = services.enqueue("tests.unique", {"key": "k1"}, priority=10)
+    assert again.pk == first.pk
+    assert Job.objects.get(pk=first.pk).priority == 10
+    lower = services.enqueue("tests.unique", {"key": "k1"}, priority=-50)
+    assert lower.pk == first.pk
+    assert Job.objects.get(pk=first.pk).priority == 10
+    assert Job.objects.count() == 1
+
+
+def test_fingerprint_decides_whether_a_finished_job_runs_again():
+    job = services.enqueue("tests.unique", {"key": "k2", "data": "v1"})
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.SUCCESSFUL, attempts=3)
+    same = services.enqueue("tests.unique", {"key": "k2", "data": "v1"})
+    assert same.pk == job.pk and same.status == JobStatus.SUCCESSFUL
+    changed = services.enqueue("tests.unique", {"key": "k2", "data": "v2"})
+    assert changed.pk != job.pk
+    assert changed.status == JobStatus.READY and changed.attempts == 0
+    assert changed.fingerprint == "v2"
+
+
+def test_supersede_cancels_ready_jobs_for_other_subjects(user):
+    old = services.enqueue("tests.unique", {"key": "subject-a"}, owner=user)
+    keep_running = services.enqueue("tests.unique", {"key": "subject-b"}, owner=user)
+    Job.objects.filter(pk=keep_running.pk).update(status=JobStatus.RUNNING)
+    new = services.enqueue("tests.unique", {"key": "subject-c"}, owner=user, supersede=True)
+    assert Job.objects.get(pk=old.pk).status == JobStatus.CANCELLED
+    assert Job.objects.get(pk=old.pk).error_code == "superseded"
+    assert Job.objects.get(pk=keep_running.pk).status == JobStatus.RUNNING
+    assert Job.objects.get(pk=new.pk).status == JobStatus.READY
+
+
+def test_enqueue_inside_a_rolled_back_transaction_leaves_nothing():
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            services.enqueue("tests.echo", {})
+            raise RuntimeError("roll back")
+    assert not Job.objects.exists()
+
+
+def test_bulk_enqueue_is_one_insert(django_assert_max_num_queries):
+    specs = [("tests.noop", {"i": i}, {}) for i in range(500)]
+    # One INSERT, plus the wake-up notification on PostgreSQL.
+    with django_assert_max_num_queries(3):
+        services.enqueue_many(specs)
+    assert Job.objects.count() == 500
+
+
+def test_bulk_enqueue_refuses_unique_jobs():
+    with pytest.raises(ValueError, match="unique"):
+        services.enqueue_many([("tests.unique", {"key": "x"}, {})])
+    assert not Job.objects.exists()
+
+
+def test_concurrency_keys_get_a_limit_row_with_the_kinds_default():
+    services.enqueue("tests.limited", {"keys": ["user:7", "asset:3"]})
+    assert dict(ConcurrencyLimit.objects.values_list("key", "limit")) == {"user:7": 1, "asset:3": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_enqueuers_racing_on_one_key_end_with_one_job():
+    barrier = threading.Barrier(8)
+    ids, errors = [], []
+
+    def enqueue(priority):
+        try:
+            barrier.wait()
+            ids.append(services.enqueue("tests.unique", {"key": "race"}, priority=priority).pk)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=enqueue, args=(p,)) for p in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(set(ids)) == 1
+    job = Job.objects.get()
+    assert job.priority == 7  # the highest asked for wins
