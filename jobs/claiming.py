@@ -70,6 +70,7 @@ def _claim_from(queue, *, worker, kinds, want):
             attempts=F("attempts") + 1,
             started_at=Now(),
             stop_requested="",
+            blocked_key=None,  # the bulk park may have swept it up with its key's backlog
             worker_ids=sql.json_append("worker_ids", worker.name),
         )
         if settings_row is not None and settings_row.gap_seconds:
@@ -102,18 +103,7 @@ def _choose(queue, *, kinds, want):
     chosen, seen = [], []
     for _ in range(ROUNDS):
         batch = want - len(chosen)
-        candidates = list(
-            Job.objects.filter(
-                status=JobStatus.READY,
-                blocked_key__isnull=True,
-                queue=queue,
-                kind__in=kinds,
-                run_after__lte=Now(),
-            )
-            .exclude(pk__in=seen)
-            .order_by(*CLAIM_ORDER)
-            .select_for_update(skip_locked=True)[: batch + OVERFETCH]
-        )
+        candidates = list(candidates_query(queue, kinds).exclude(pk__in=seen)[: batch + OVERFETCH])
         if not candidates:
             break
         seen.extend(job.pk for job in candidates)
@@ -121,6 +111,25 @@ def _choose(queue, *, kinds, want):
         if len(chosen) >= want or len(candidates) < batch + OVERFETCH:
             break
     return chosen
+
+
+def candidates_query(queue, kinds):
+    """READY jobs of `queue` claimable now, in claim order, skipping rows other claimers hold.
+
+    Its WHERE clause matches the `jobs_job_claimable` partial index exactly,
+    so the scan walks the index in order and stops at the LIMIT.
+    """
+    return (
+        Job.objects.filter(
+            status=JobStatus.READY,
+            blocked_key__isnull=True,
+            queue=queue,
+            kind__in=kinds,
+            run_after__lte=Now(),
+        )
+        .order_by(*CLAIM_ORDER)
+        .select_for_update(skip_locked=True)
+    )
 
 
 def _fit(candidates, *, queue, room):

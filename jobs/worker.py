@@ -84,6 +84,8 @@ class Worker:
             self.exited.set()
             wakeup.unsubscribe(jobs=self.wake, stop=self.stop_check)
             self.unregister()
+            beat.join(5)
+            connection.close()
         return 0
 
     def main_loop(self):
@@ -216,6 +218,7 @@ class Worker:
             # otherwise check about every half second.
             self.stop_check.wait(0.5)
             self.stop_check.clear()
+        connection.close()
 
     def beat(self):
         updated = WorkerRow.objects.filter(pk=self.row.pk).update(heartbeat_at=Now())

@@ -1,0 +1,244 @@
+"""Claims, limits and transitions, on PostgreSQL and SQLite."""
+
+import threading
+import uuid
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from jobs import claiming, services
+from jobs.models import ConcurrencyLimit, Job, JobEvent, JobStatus, Queue, Worker
+
+pytestmark = pytest.mark.django_db
+
+ALL_KINDS = ["tests.noop", "tests.echo", "tests.limited", "tests.unique", "tests.sleep_for",
+             "tests.fail_value_error", "tests.fail_permanent", "tests.retry_later"]
+
+
+def make_worker(name="w1"):
+    return Worker.objects.create(name=name, host="h", pid=1)
+
+
+def claim(worker, limit=10, queues=("default",), kinds=ALL_KINDS):
+    return claiming.claim(worker, queues=list(queues), kinds=list(kinds), limit=limit)
+
+
+def test_claim_order_is_priority_then_position_then_age():
+    low = services.enqueue("tests.noop", {}, priority=-5)
+    old = services.enqueue("tests.noop", {})
+    new = services.enqueue("tests.noop", {})
+    high = services.enqueue("tests.noop", {}, priority=50)
+    moved = services.enqueue("tests.noop", {})
+    Job.objects.filter(pk=moved.pk).update(position=-1)
+    got = [j.pk for j in claim(make_worker())]
+    assert got == [high.pk, moved.pk, old.pk, new.pk, low.pk]
+    assert list(Job.objects.ready().in_claim_order().values_list("pk", flat=True)) == []
+
+
+def test_claim_sets_a_lease_and_records_the_worker():
+    job = services.enqueue("tests.noop", {})
+    worker = make_worker("machine-a:1")
+    [claimed] = claim(worker)
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == JobStatus.RUNNING
+    assert row.lease_token == claimed.lease_token
+    assert row.lease_expires_at > timezone.now()
+    assert row.attempts == 1
+    assert row.worker_ids == ["machine-a:1"]
+
+
+def test_future_run_after_and_other_queues_and_unknown_kinds_are_not_claimed():
+    services.enqueue("tests.noop", {}, run_after=timezone.now() + timezone.timedelta(hours=1))
+    services.enqueue("tests.other_queue", {})
+    services.enqueue("tests.echo", {})
+    assert claim(make_worker(), kinds=["tests.noop"]) == []
+
+
+def test_a_paused_queue_is_not_claimed_and_a_global_limit_holds():
+    for _ in range(5):
+        services.enqueue("tests.noop", {})
+    Queue.objects.create(name="default", paused=True)
+    worker = make_worker()
+    assert claim(worker) == []
+    Queue.objects.filter(name="default").update(paused=False, concurrency=2)
+    assert len(claim(worker)) == 2
+    assert claim(worker) == []  # two running: the limit is reached
+
+
+def test_a_gap_between_starts_allows_one_start_per_gap():
+    for _ in range(3):
+        services.enqueue("tests.noop", {})
+    Queue.objects.create(name="default", gap_seconds=60)
+    worker = make_worker()
+    assert len(claim(worker)) == 1
+    assert claim(worker) == []
+    Queue.objects.filter(name="default").update(last_started_at=timezone.now() - timezone.timedelta(seconds=61))
+    assert len(claim(worker)) == 1
+
+
+def test_a_full_key_parks_its_jobs_and_others_still_run():
+    for _ in range(30):
+        services.enqueue("tests.limited", {"keys": ["user:1"]})
+    other = services.enqueue("tests.limited", {"keys": ["user:2"]})
+    worker = make_worker()
+    first = claim(worker, limit=4)
+    # One for user 1 (limit 1), and user 2's job despite 29 older ones waiting.
+    assert sorted(j.payload["keys"][0] for j in first) == ["user:1", "user:2"]
+    assert other.pk in [j.pk for j in first]
+    assert Job.objects.filter(blocked_key="user:1").count() == 29
+    # Finishing user 1's job unparks exactly one of the waiting ones.
+    running = next(j for j in first if j.payload["keys"] == ["user:1"])
+    assert services.complete(running)
+    assert Job.objects.filter(blocked_key="user:1").count() == 28
+    [nxt] = claim(worker, limit=4)
+    assert nxt.payload["keys"] == ["user:1"]
+
+
+def test_every_key_of_a_job_must_have_room():
+    a = services.enqueue("tests.limited", {"keys": ["user:1", "asset:9"]})
+    b = services.enqueue("tests.limited", {"keys": ["user:2", "asset:9"]})
+    worker = make_worker()
+    assert [j.pk for j in claim(worker)] == [a.pk]
+    assert Job.objects.get(pk=b.pk).blocked_key == "asset:9"
+
+
+def test_raising_a_limit_lets_waiting_jobs_run():
+    for _ in range(4):
+        services.enqueue("tests.limited", {"keys": ["user:5"]})
+    worker = make_worker()
+    assert len(claim(worker)) == 1
+    assert claim(worker) == []
+    services.set_limit("user:5", 3)
+    assert ConcurrencyLimit.objects.get(key="user:5").limit == 3
+    assert len(claim(worker)) == 2
+
+
+def test_transitions_are_guarded_by_the_lease_token():
+    job = services.enqueue("tests.noop", {})
+    [claimed] = claim(make_worker())
+    stale = Job.objects.get(pk=job.pk)
+    stale.lease_token = uuid.uuid4()
+    assert services.complete(stale) is False
+    assert services.report_progress(stale, fraction=0.5) is False
+    assert services.fail(stale, error="x") is False
+    assert Job.objects.get(pk=job.pk).status == JobStatus.RUNNING
+    assert services.complete(claimed, {"done": True})
+    assert services.complete(claimed) is False  # a second completion changes nothing
+    assert Job.objects.get(pk=job.pk).result == {"done": True}
+
+
+def test_failure_retries_until_attempts_run_out():
+    job = services.enqueue("tests.fail_value_error", {})
+    worker = make_worker()
+    [c] = claim(worker)
+    assert services.fail(c, error="boom", code="error", delay_s=0)
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == JobStatus.READY and row.attempts == 1
+    [c] = claim(worker)
+    assert services.fail(c, error="boom again", code="error", delay_s=0)
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == JobStatus.FAILED and row.attempts == 2
+    assert [e["message"] for e in row.errors] == ["boom", "boom again"]
+    assert list(row.events.values_list("kind", flat=True)) == ["retry", "failed"]
+
+
+def test_cancel_and_pause_of_running_jobs_wait_for_the_worker():
+    job = services.enqueue("tests.limited", {"keys": ["user:3"]})
+    waiting = services.enqueue("tests.limited", {"keys": ["user:3"]})
+    worker = make_worker()
+    [c] = claim(worker)
+    services.cancel(c, reason="changed my mind")
+    row = Job.objects.get(pk=job.pk)
+    # Still RUNNING, still holding user:3's slot, until its worker stops it.
+    assert row.status == JobStatus.RUNNING and row.stop_requested == "cancel"
+    assert claim(worker) == []
+    assert services.acknowledge_stop(c) == JobStatus.CANCELLED
+    assert Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED
+    [w] = claim(worker)
+    assert w.pk == waiting.pk
+    services.pause(w)
+    assert services.acknowledge_stop(w) == JobStatus.PAUSED
+    paused = Job.objects.get(pk=w.pk)
+    assert paused.attempts == 0  # a pause spends no attempt
+    services.resume(paused)
+    assert Job.objects.get(pk=w.pk).status == JobStatus.READY
+
+
+def test_illegal_actions_say_so():
+    from jobs.exceptions import IllegalTransition
+
+    job = services.enqueue("tests.noop", {})
+    with pytest.raises(IllegalTransition):
+        services.resume(job)
+    with pytest.raises(IllegalTransition):
+        services.retry(job)
+    services.cancel(job)
+    with pytest.raises(IllegalTransition):
+        services.cancel(job)
+    services.retry(job)
+    assert Job.objects.get(pk=job.pk).status == JobStatus.READY
+    assert list(JobEvent.objects.filter(job=job).values_list("kind", flat=True)) == ["cancelled", "retried"]
+
+
+def test_rescue_requeues_only_expired_leases_and_spends_the_attempt():
+    live = services.enqueue("tests.sleep_for", {})
+    dead = services.enqueue("tests.sleep_for", {})
+    worker = make_worker()
+    claim(worker)
+    Job.objects.filter(pk=dead.pk).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+    assert services.rescue_expired() == [dead.pk]
+    assert Job.objects.get(pk=live.pk).status == JobStatus.RUNNING
+    rescued = Job.objects.get(pk=dead.pk)
+    assert rescued.status == JobStatus.READY and rescued.attempts == 1
+    assert rescued.lease_token is None
+    assert rescued.events.get().kind == "rescued"
+
+
+def test_rescue_fails_a_job_whose_attempts_are_spent():
+    job = services.enqueue("tests.echo", {})  # max_attempts=1
+    claim(make_worker())
+    Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+    services.rescue_expired()
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == JobStatus.FAILED and row.error_code == "lease_expired"
+
+
+def test_shutdown_requeue_spends_no_attempt():
+    job = services.enqueue("tests.sleep_for", {})
+    [c] = claim(make_worker())
+    assert services.requeue(c, reason="shutdown")
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == JobStatus.READY and row.attempts == 0
+    assert services.requeue(c, reason="shutdown") is False  # exactly once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_claimers_released_together_never_exceed_a_limit_of_one():
+    """Deterministic interleaving: both claimers start at the same instant, many times."""
+    worker_a, worker_b = make_worker("a"), make_worker("b")
+    for round_ in range(10):
+        for _ in range(3):
+            services.enqueue("tests.limited", {"keys": [f"user:{round_}"]})
+        barrier = threading.Barrier(2)
+        got = []
+
+        def claimer(worker):
+            try:
+                barrier.wait()
+                got.extend(claim(worker, limit=3))
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=claimer, args=(w,)) for w in (worker_a, worker_b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        keys = [j.concurrency_keys[0] for j in got]
+        assert len(keys) == len(set(keys)), f"round {round_}: one user got two jobs at once: {keys}"
+        assert got, "nobody claimed anything"
+        running = [j.concurrency_keys[0] for j in Job.objects.filter(status=JobStatus.RUNNING)]
+        assert len(running) == len(set(running))
+        for job in got:
+            services.complete(job)

@@ -1,0 +1,44 @@
+"""What only PostgreSQL can show: row locks skipped, and the claim's plan."""
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+
+from jobs import claiming, services
+from jobs.models import Job, Worker
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def other_connection():
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params)
+
+
+def test_a_row_locked_by_another_connection_is_skipped():
+    first = services.enqueue("tests.noop", {})
+    second = services.enqueue("tests.noop", {})
+    worker = Worker.objects.create(name="w", host="h", pid=1)
+    with other_connection() as conn:
+        conn.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE", [first.pk])
+        claimed = claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=2)
+        assert [j.pk for j in claimed] == [second.pk]
+        conn.rollback()
+    claimed = claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=2)
+    assert [j.pk for j in claimed] == [first.pk]
+
+
+def test_the_claim_uses_the_partial_index_with_many_rows():
+    services.enqueue_many([("tests.noop", {}, {}) for _ in range(5000)])
+    Job.objects.filter(pk__in=Job.objects.order_by("pk").values("pk")[:2000]).update(status="SUCCESSFUL")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    query = claiming.candidates_query("default", ["tests.noop"])[:8]
+    with transaction.atomic(), connection.cursor() as cursor:
+        sql, params = query.query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "jobs_job_claimable" in plan, plan
+    assert "Sort" not in plan, plan
