@@ -40,3 +40,11 @@ class PostgresServer:
 
     def start(self):
         self.pg_ctl("-l", self.log, "-w", "-t", "30", "-o", self.options, "start")
+
+
+def database_url(connection):
+    """The URL of the database this test runs against (the test database), for subprocesses."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    return f"postgres://{s['USER']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"

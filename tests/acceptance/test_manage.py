@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import database_url
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -63,11 +65,3 @@ def test_createapitoken_prints_a_token_that_authenticates(live_server, django_us
     assert bad.status_code == 401
     missing = manage("createapitoken", "nobody", env=env)
     assert missing.returncode != 0 and "No user named 'nobody'" in missing.stderr
-
-
-def database_url(connection):
-    """The URL of the database this test runs against (the test database)."""
-    s = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{s['NAME']}"
-    return f"postgres://{s['USER']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
