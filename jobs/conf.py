@@ -49,3 +49,11 @@ def handler_modules():
     """Extra modules that register kinds (JOBS_HANDLER_MODULES, comma-separated)."""
     configured = getattr(settings, "JOBS_HANDLER_MODULES", [])
     return env.get_list("JOBS_HANDLER_MODULES", configured)
+
+
+def queue_defaults():
+    """Starting settings of queues, {name: {"concurrency": n, "gap_seconds": s}} (JOBS_QUEUES).
+
+    They seed the Queue rows once; staff's later edits in the admin win.
+    """
+    return dict(getattr(settings, "JOBS_QUEUES", {}))

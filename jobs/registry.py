@@ -92,6 +92,12 @@ def names():
     return sorted(_kinds)
 
 
+def queues():
+    """Every queue a registered kind uses, "default" first."""
+    names = {spec.policy.queue for spec in _kinds.values()} | {"default"}
+    return sorted(names, key=lambda name: (name != "default", name))
+
+
 def unregister(name):
     """For tests that register throw-away kinds."""
     _kinds.pop(name, None)

@@ -9,7 +9,6 @@ cancelled job or overwriting a rescued one.
 
 import logging
 import traceback
-import uuid
 from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
@@ -606,8 +605,20 @@ def unpark_stranded():
             release_keys([key])
 
 
-def new_token():
-    return uuid.uuid4()
+def ensure_queues():
+    """Create the Queue rows named in JOBS_QUEUES that do not exist yet (never overwrite staff's edits)."""
+    from jobs.models import Queue
+
+    for name, defaults in conf.queue_defaults().items():
+        Queue.objects.get_or_create(name=name, defaults=defaults)
+
+
+def set_queue(name, **changes):
+    """Change a queue's live settings (paused, concurrency, gap_seconds) for the whole fleet."""
+    from jobs.models import Queue
+
+    Queue.objects.update_or_create(name=name, defaults=changes)
+    _notify(name)
 
 
 __all__ = [
@@ -631,4 +642,6 @@ __all__ = [
     "rearm_after_cooldown",
     "fail_unserved",
     "unpark_stranded",
+    "ensure_queues",
+    "set_queue",
 ]

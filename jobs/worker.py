@@ -43,9 +43,9 @@ class Running:
 
 
 class Worker:
-    def __init__(self, *, queues=("default",), concurrency=4, burst=False, max_jobs=None,
+    def __init__(self, *, queues=None, concurrency=4, burst=False, max_jobs=None,
                  name=None, kinds=None):
-        self.queues = list(queues)
+        self.queues = list(queues) if queues else registry.queues()
         self.concurrency = concurrency
         self.burst = burst
         self.max_jobs = max_jobs
@@ -70,6 +70,7 @@ class Worker:
         if not self.wait_for_migrations():
             return 1
         self.register()
+        services.ensure_queues()
         wakeup.subscribe(jobs=self.wake, stop=self.stop_check)
         beat = threading.Thread(target=self.heartbeat_loop, name="haulage-heartbeat", daemon=True)
         beat.start()

@@ -14,8 +14,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--queues", default="default",
-                            help="comma-separated queues to serve, in order (default: default)")
+        parser.add_argument("--queues", default="",
+                            help="comma-separated queues to serve, in order "
+                                 "(default: every queue a registered kind uses)")
         parser.add_argument("--concurrency", type=int, default=4,
                             help="jobs run at once by this process (default: 4)")
         parser.add_argument("--burst", action="store_true",

@@ -1,0 +1,123 @@
+"""Where a job stands: its place in the queue and why it is waiting.
+
+Pages, the JSON API and the admin ask only this module, and it answers from
+the same ordering the claim uses (`CLAIM_ORDER`), so "3 ahead of you" is what
+the workers will really do. Everything here reads; nothing writes.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from jobs import conf, registry, sql
+from jobs.models import ConcurrencyLimit, Job, JobStatus, Queue, Worker
+
+# How a concurrency key's namespace reads to a person ("user:42" is "your
+# other jobs"); apps add theirs with `describe_key`.
+_KEY_WORDS = {}
+
+
+def describe_key(namespace, words):
+    """Say how a full key of this namespace reads on a page, e.g. ("asset", "the same video is downloading")."""
+    _KEY_WORDS[namespace] = words
+
+
+@dataclass
+class Standing:
+    position: int | None  # 1 = next to be claimed in its queue; None unless READY
+    reason: str  # queued | scheduled | paused | queue_paused | no_worker | key_busy | queue_full | queue_gap | running | finished
+    message: str
+    key: str | None = None
+    until: datetime | None = None
+
+
+def ahead_of(job):
+    """READY jobs of the same queue that workers will take before this one."""
+    before = (
+        Q(priority__gt=job.priority)
+        | Q(priority=job.priority, position__lt=job.position)
+        | Q(priority=job.priority, position=job.position, enqueued_at__lt=job.enqueued_at)
+        | Q(priority=job.priority, position=job.position, enqueued_at=job.enqueued_at, pk__lt=job.pk)
+    )
+    return Job.objects.filter(before, status=JobStatus.READY, queue=job.queue)
+
+
+def live_kinds():
+    """Kinds served by at least one worker whose heartbeat is recent."""
+    cutoff = timezone.now() - timedelta(seconds=conf.JOBS_WORKER_DEAD_AFTER_SECONDS)
+    served = set()
+    for kinds in Worker.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=cutoff).values_list(
+        "kinds", flat=True
+    ):
+        served.update(kinds)
+    return served
+
+
+def standing(job, *, served_kinds=None):
+    """Where `job` stands now, with a sentence a person can read."""
+    if job.status == JobStatus.RUNNING:
+        return Standing(None, "running", _("Running."))
+    if job.status == JobStatus.PAUSED:
+        return Standing(None, "paused", _("Paused."))
+    if job.status != JobStatus.READY:
+        return Standing(None, "finished", job.get_status_display())
+    position = ahead_of(job).count() + 1
+    now = timezone.now()
+    if job.run_after > now:
+        local = timezone.localtime(job.run_after)
+        return Standing(position, "scheduled",
+                        _("Waiting to retry at %(time)s.") % {"time": local.strftime("%H:%M")},
+                        until=job.run_after)
+    queue = Queue.objects.filter(name=job.queue).first()
+    if queue is not None and queue.paused:
+        return Standing(position, "queue_paused", _("The queue is paused by staff."))
+    served = live_kinds() if served_kinds is None else served_kinds
+    if job.kind not in served:
+        return Standing(position, "no_worker", _("No worker that runs this kind of job is running."))
+    key = _full_key(job)
+    if key is not None:
+        words = _KEY_WORDS.get(key.split(":", 1)[0])
+        return Standing(position, "key_busy",
+                        str(words) if words else _("Waiting for a free slot (%(key)s).") % {"key": key},
+                        key=key)
+    if queue is not None and queue.concurrency is not None:
+        running = Job.objects.filter(queue=job.queue, status=JobStatus.RUNNING).count()
+        if running >= queue.concurrency:
+            return Standing(position, "queue_full",
+                            _("The queue runs %(n)d job(s) at a time; waiting for one to finish.")
+                            % {"n": queue.concurrency})
+    if queue is not None and queue.gap_seconds and queue.last_started_at:
+        next_start = queue.last_started_at + timedelta(seconds=queue.gap_seconds)
+        if next_start > now and position == 1:
+            return Standing(position, "queue_gap",
+                            _("The queue waits between jobs; next start at %(time)s.")
+                            % {"time": timezone.localtime(next_start).strftime("%H:%M:%S")},
+                            until=next_start)
+    if position == 1:
+        return Standing(position, "queued", _("Next in line."))
+    return Standing(position, "queued", _("%(n)d job(s) ahead of it.") % {"n": position - 1})
+
+
+def _full_key(job):
+    if job.blocked_key:
+        return job.blocked_key
+    if not job.concurrency_keys:
+        return None
+    limits = dict(ConcurrencyLimit.objects.filter(key__in=job.concurrency_keys).values_list("key", "limit"))
+    counts = sql.running_counts(job.concurrency_keys)
+    return next((k for k in job.concurrency_keys if k in limits and counts.get(k, 0) >= limits[k]), None)
+
+
+def up_next(queue, *, limit=100):
+    """READY jobs of `queue` in the order workers will take them (parked ones included)."""
+    return Job.objects.filter(queue=queue, status=JobStatus.READY).in_claim_order()[:limit]
+
+
+def queue_names():
+    """Queues that have jobs or settings, plus those registered kinds use."""
+    names = set(registry.queues())
+    names.update(Queue.objects.values_list("name", flat=True))
+    return sorted(names)

@@ -1,0 +1,98 @@
+"""Where a job stands, answered from the claim's own order."""
+
+import pytest
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs import claiming, selectors, services
+from jobs.models import Job, JobStatus, Queue, Worker
+
+pytestmark = pytest.mark.django_db
+
+
+def live_worker(kinds=("tests.noop", "tests.limited", "tests.echo")):
+    return Worker.objects.create(name="w", host="h", pid=1, kinds=list(kinds))
+
+
+def test_position_counts_the_jobs_ahead():
+    live_worker()
+    jobs = [services.enqueue("tests.noop", {}) for _ in range(3)]
+    urgent = services.enqueue("tests.noop", {}, priority=10)
+    assert selectors.standing(urgent).position == 1
+    assert [selectors.standing(j).position for j in jobs] == [2, 3, 4]
+    assert selectors.standing(jobs[2]).message == "3 job(s) ahead of it."
+
+
+def test_reasons_for_waiting():
+    job = services.enqueue("tests.noop", {})
+    assert selectors.standing(job).reason == "no_worker"
+    live_worker()
+    assert selectors.standing(job).reason == "queued"
+    Queue.objects.create(name="default", paused=True)
+    assert selectors.standing(job).reason == "queue_paused"
+    Queue.objects.filter(name="default").update(paused=False)
+    later = services.enqueue("tests.noop", {}, run_after=timezone.now() + timezone.timedelta(minutes=5))
+    assert selectors.standing(later).reason == "scheduled"
+
+
+def test_a_busy_key_is_named_in_words_the_app_chose():
+    selectors.describe_key("user", "Your other jobs are running.")
+    worker = live_worker()
+    services.enqueue("tests.limited", {"keys": ["user:1"]})
+    second = services.enqueue("tests.limited", {"keys": ["user:1"]})
+    claiming.claim(worker, queues=["default"], kinds=["tests.limited"], limit=1)
+    standing = selectors.standing(Job.objects.get(pk=second.pk))
+    assert (standing.reason, standing.key, standing.message) == (
+        "key_busy", "user:1", "Your other jobs are running.")
+
+
+def test_a_queue_at_its_global_limit_says_so():
+    worker = live_worker()
+    Queue.objects.create(name="default", concurrency=1)
+    services.enqueue("tests.noop", {})
+    waiting = services.enqueue("tests.noop", {})
+    claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=5)
+    assert selectors.standing(waiting).reason == "queue_full"
+
+
+def test_reading_standing_writes_nothing(django_assert_num_queries):
+    live_worker()
+    job = services.enqueue("tests.noop", {})
+    before = Job.objects.values_list("updated_at", flat=True).get(pk=job.pk)
+    for _ in range(20):
+        selectors.standing(job)
+    assert Job.objects.values_list("updated_at", flat=True).get(pk=job.pk) == before
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-2, 2)), min_size=1, max_size=12))
+def test_up_next_order_equals_claim_order(specs):
+    Job.objects.all().delete()
+    worker = Worker.objects.create(name="p", host="h", pid=1)
+    for priority, position in specs:
+        job = services.enqueue("tests.noop", {}, priority=priority)
+        Job.objects.filter(pk=job.pk).update(position=position)
+    shown = [j.pk for j in selectors.up_next("default")]
+    claimed = []
+    while batch := claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=1):
+        claimed.extend(j.pk for j in batch)
+    assert shown == claimed
+    assert len(claimed) == len(specs)
+
+
+def test_cooldown_rearms_failed_jobs_with_attempts_reset(settings):
+    from jobs import registry
+
+    registry.register("tests.cooling", lambda ctx, payload: None, cooldown_s=60, max_attempts=2)
+    try:
+        job = services.enqueue("tests.cooling", {})
+        Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, attempts=2,
+                                             finished_at=timezone.now() - timezone.timedelta(seconds=30))
+        assert services.rearm_after_cooldown() == []
+        Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timezone.timedelta(seconds=61))
+        assert services.rearm_after_cooldown() == [job.pk]
+        row = Job.objects.get(pk=job.pk)
+        assert (row.status, row.attempts) == (JobStatus.READY, 0)
+    finally:
+        registry.unregister("tests.cooling")
