@@ -43,3 +43,7 @@ class Fail(JobError):
 
 class Stopped(JobError):
     """Raised inside a handler when `ctx.should_stop()` is true and it chooses to unwind."""
+
+
+class JobCancelled(JobError):
+    """The job was cancelled before it finished (how a cancel reads in Django's TaskResult)."""

@@ -25,7 +25,8 @@ class Policy:
     max_attempts: int | None = None  # None: JOBS_DEFAULT_MAX_ATTEMPTS
     backoff_base_s: float | None = None  # None: JOBS_BACKOFF_BASE_SECONDS
     backoff_max_s: float | None = None
-    timeout_s: float | None = None  # wall-clock cap of one attempt
+    # Wall-clock cap of one attempt, in seconds, or a function of the payload.
+    timeout_s: float | Callable[[dict], float | None] | None = None
     mode: str = "inline"
     # Computed at enqueue from (payload, owner); each may be None.
     unique_key: Callable[[dict, Any], str | None] | None = None
@@ -47,6 +48,9 @@ class Policy:
         cap = self.backoff_max_s if self.backoff_max_s is not None else conf.JOBS_BACKOFF_MAX_SECONDS
         ceiling = min(cap, base * 2 ** max(0, attempt - 1))
         return random.uniform(ceiling / 2, ceiling)
+
+    def timeout_for(self, payload):
+        return self.timeout_s(payload) if callable(self.timeout_s) else self.timeout_s
 
     def limit_for(self, key):
         """The default limit of a key, by its namespace ("user:42" -> default_limits["user"])."""
@@ -93,8 +97,13 @@ def names():
 
 
 def queues():
-    """Every queue a registered kind uses, "default" first."""
+    """Every queue a registered kind or a Haulage Tasks backend uses, "default" first."""
+    from django.conf import settings
+
     names = {spec.policy.queue for spec in _kinds.values()} | {"default"}
+    for backend in getattr(settings, "TASKS", {}).values():
+        if backend.get("BACKEND") == "jobs.backend.HaulageBackend":
+            names.update(backend.get("QUEUES", []))
     return sorted(names, key=lambda name: (name != "default", name))
 
 

@@ -17,7 +17,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import conf, payloads, registry, sql
+from jobs import conf, payloads, registry, signals, sql
 from jobs.exceptions import IllegalTransition, InvalidPriority
 from jobs.models import (
     CLAIM_ORDER,
@@ -62,8 +62,13 @@ def build_job(
     fingerprint=None,
     concurrency_keys=None,
     max_attempts=None,
+    limits=None,
 ):
-    """A validated, unsaved Job; raises before anything is written."""
+    """A validated, unsaved Job; raises before anything is written.
+
+    `limits` ({key: n}) gives keys that have no limit row yet their limit,
+    instead of the kind's default.
+    """
     spec = registry.get(kind)
     policy = spec.policy
     payload = {} if payload is None else payload
@@ -77,7 +82,7 @@ def build_job(
     if concurrency_keys is None:
         concurrency_keys = policy.concurrency_keys(payload, owner) if policy.concurrency_keys else []
     now = timezone.now()
-    return Job(
+    job = Job(
         kind=kind,
         queue=queue or policy.queue,
         payload=payload,
@@ -90,6 +95,8 @@ def build_job(
         run_after=max(run_after, now) if run_after else now,
         enqueued_at=now,
     )
+    job.initial_limits = limits or {}
+    return job
 
 
 def _ensure_limits(jobs):
@@ -98,7 +105,8 @@ def _ensure_limits(jobs):
     for job in jobs:
         policy = registry.get(job.kind).policy
         for key in job.concurrency_keys:
-            rows.setdefault(key, ConcurrencyLimit(key=key, limit=policy.limit_for(key)))
+            limit = job.initial_limits.get(key) or policy.limit_for(key)
+            rows.setdefault(key, ConcurrencyLimit(key=key, limit=limit))
     if rows:
         ConcurrencyLimit.objects.bulk_create(rows.values(), ignore_conflicts=True)
 
@@ -195,6 +203,15 @@ def _notify(queue):
     wakeup.notify(queue)
 
 
+def _finished(job, status, **fields):
+    """Announce a final state once the transaction that wrote it commits."""
+    job.status = status
+    for name, value in fields.items():
+        setattr(job, name, value)
+    job.finished_at = job.finished_at or timezone.now()
+    transaction.on_commit(lambda: signals.job_finished.send(Job, job=job))
+
+
 # --- Worker-side transitions (guarded by the lease token) ------------------
 
 
@@ -221,6 +238,7 @@ def complete(job, result=None):
         )
         if changed:
             release_keys(job.concurrency_keys)
+            _finished(job, JobStatus.SUCCESSFUL, result=result)
     return bool(changed)
 
 
@@ -247,8 +265,11 @@ def complete_many(jobs_results):
                 error="", error_code="", **_end_lease(),
             )
             done.extend(ids)
-        keyed = [k for job, _ in jobs_results if job.pk in set(done) for k in job.concurrency_keys]
-        release_keys(keyed)
+        stuck = set(done)
+        release_keys([k for job, _ in jobs_results if job.pk in stuck for k in job.concurrency_keys])
+        for job, result in jobs_results:
+            if job.pk in stuck:
+                _finished(job, JobStatus.SUCCESSFUL, result=result)
     return done
 
 
@@ -292,6 +313,9 @@ def fail(job, *, error, code="error", exc=None, retry=True, delay_s=None):
             release_keys(job.concurrency_keys)
             if will_retry:
                 _notify(job.queue)
+            else:
+                _finished(job, JobStatus.FAILED, error=error, error_code=code,
+                          errors=_appended_errors(job, entry))
     return bool(changed)
 
 
@@ -350,6 +374,8 @@ def acknowledge_stop(job, *, reason=""):
         )
         if changed:
             release_keys(job.concurrency_keys)
+            if target == JobStatus.CANCELLED:
+                _finished(job, JobStatus.CANCELLED, error=reason)
     return target if changed else None
 
 
@@ -441,7 +467,9 @@ def cancel(job, *, actor=None, reason=""):
             pk=job.pk, status__in=[JobStatus.READY, JobStatus.PAUSED]
         ).update(status=JobStatus.CANCELLED, finished_at=Now(), error_code="cancelled",
                  error=reason, blocked_key=None)
-        if not changed:
+        if changed:
+            _finished(job, JobStatus.CANCELLED, error=reason)
+        else:
             changed = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
                 stop_requested="cancel"
             )

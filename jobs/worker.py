@@ -148,7 +148,7 @@ class Worker:
     def start(self, job):
         policy = registry.get(job.kind).policy
         ctx = JobContext(job, worker_id=self.name)
-        entry = Running(job, ctx, policy.timeout_s)
+        entry = Running(job, ctx, policy.timeout_for(job.payload))
         with self.lock:
             self.running[job.pk] = entry
         target = self.run_inline

@@ -92,6 +92,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --- The queue -----------------------------------------------------------
+# Django's @task functions run on Haulage's engine (jobs/backend.py).
+TASKS = {
+    "default": {
+        "BACKEND": "jobs.backend.HaulageBackend",
+        "QUEUES": env.get_list("JOBS_TASK_QUEUES", ["default"]),
+    }
+}
+
 # --- Redis (unset = embedded local mode) ----------------------------------
 REDIS_URL = env.get_redis_url("REDIS_URL")
 

@@ -1,0 +1,198 @@
+"""Django's Tasks API on the Haulage engine.
+
+    TASKS = {"default": {"BACKEND": "jobs.backend.HaulageBackend", "QUEUES": ["default"]}}
+
+Every `@task` function enqueued through this backend becomes a Job of kind
+`django.task` whose payload names the function and carries its JSON
+arguments; `manage.py runworker` runs it. The TaskResult id is the job's
+public id. State mapping (also in docs/lifecycle.md):
+
+    READY, PAUSED -> READY      RUNNING -> RUNNING      SUCCESSFUL -> SUCCESSFUL
+    FAILED -> FAILED            CANCELLED -> FAILED, with a JobCancelled error
+
+Haulage's extras go through `@task(...)`: `max_attempts`, `unique` (one live
+job per function and arguments), `timeout` (seconds) and `concurrency_limit`
+(running at once across the deployment); per call, `task.with_job_options(
+unique_key=..., fingerprint=..., concurrency_key=..., owner=...)`.
+"""
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, replace
+
+from django.tasks import TaskContext, TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import Task, TaskError
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+
+from jobs import payloads, registry, services, signals
+from jobs.exceptions import InvalidPayload
+from jobs.models import Job, JobStatus
+
+KIND = "django.task"
+
+STATUS_MAP = {
+    JobStatus.READY: TaskResultStatus.READY,
+    JobStatus.PAUSED: TaskResultStatus.READY,
+    JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.SUCCESSFUL: TaskResultStatus.SUCCESSFUL,
+    JobStatus.FAILED: TaskResultStatus.FAILED,
+    JobStatus.CANCELLED: TaskResultStatus.FAILED,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HaulageTask(Task):
+    max_attempts: int | None = None
+    unique: bool = False
+    timeout: float | None = None  # seconds; past it the attempt fails as "timeout"
+    concurrency_limit: int | None = None
+    # Per-call options as (name, value) pairs, set by with_job_options().
+    job_options: tuple = ()
+
+    def with_job_options(self, *, unique_key=None, fingerprint=None, concurrency_key=None, owner=None):
+        """A copy of this task whose next enqueue carries these job options."""
+        options = {"unique_key": unique_key, "fingerprint": fingerprint,
+                   "concurrency_key": concurrency_key, "owner": owner}
+        return replace(self, job_options=tuple((k, v) for k, v in options.items() if v is not None))
+
+
+class HaulageBackend(BaseTaskBackend):
+    task_class = HaulageTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def validate_task(self, task):
+        """Checked at decoration time; never touches the database."""
+        super().validate_task(task)
+        if not isinstance(task, HaulageTask):
+            return
+        if task.max_attempts is not None and (not isinstance(task.max_attempts, int) or task.max_attempts < 1):
+            raise InvalidTask("max_attempts must be a whole number of at least 1.")
+        if task.timeout is not None and (not isinstance(task.timeout, (int, float)) or task.timeout <= 0):
+            raise InvalidTask("timeout must be a positive number of seconds.")
+        if task.concurrency_limit is not None and (
+            not isinstance(task.concurrency_limit, int) or task.concurrency_limit < 1
+        ):
+            raise InvalidTask("concurrency_limit must be a whole number of at least 1.")
+
+    def enqueue(self, task, args, kwargs):
+        self.validate_task(task)
+        arguments = {"args": list(args), "kwargs": dict(kwargs)}
+        try:
+            payloads.validate(arguments)
+        except InvalidPayload as exc:
+            raise InvalidTask(f"Task arguments must be JSON: {exc}") from None
+        options = dict(getattr(task, "job_options", ()))
+        payload = {"task": task.module_path, "takes_context": task.takes_context, **arguments}
+        if getattr(task, "timeout", None):
+            payload["timeout"] = task.timeout
+        unique_key = options.get("unique_key")
+        if unique_key is None and getattr(task, "unique", False):
+            digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:32]
+            unique_key = f"task:{task.module_path}:{digest}"
+        keys, limits = [], {}
+        if getattr(task, "concurrency_limit", None):
+            keys.append(f"task:{task.module_path}")
+            limits[keys[-1]] = task.concurrency_limit
+        if options.get("concurrency_key"):
+            keys.append(options["concurrency_key"])
+        job = services.enqueue(
+            KIND,
+            payload,
+            priority=task.priority,
+            queue=task.queue_name,
+            run_after=task.run_after,
+            owner=options.get("owner"),
+            unique_key=unique_key,
+            fingerprint=options.get("fingerprint"),
+            concurrency_keys=keys,
+            limits=limits,
+            max_attempts=getattr(task, "max_attempts", None),
+        )
+        result = to_task_result(job, task=task, backend=self.alias)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id):
+        try:
+            public_id = uuid.UUID(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(result_id) from None
+        job = Job.objects.filter(public_id=public_id, kind=KIND).first()
+        if job is None:
+            raise TaskResultDoesNotExist(result_id)
+        return to_task_result(job, backend=self.alias)
+
+
+def _load_task(path):
+    try:
+        task = import_string(path)
+    except ImportError:
+        raise TaskResultDoesNotExist(f"The task {path!r} cannot be imported.") from None
+    if not isinstance(task, Task):
+        raise TaskResultDoesNotExist(f"{path!r} is not a task.")
+    return task
+
+
+def to_task_result(job, *, task=None, backend="default"):
+    """The job as Django's TaskResult (built from the row in memory: no query)."""
+    task = task or _load_task(job.payload["task"])
+    errors = [
+        TaskError(exception_class_path=e["exception_class_path"], traceback=e.get("traceback", ""))
+        for e in job.errors or []
+        if e.get("exception_class_path")
+    ]
+    if job.status == JobStatus.CANCELLED:
+        errors.append(TaskError(exception_class_path="jobs.exceptions.JobCancelled",
+                                traceback=job.error or "The job was cancelled."))
+    result = TaskResult(
+        task=task,
+        id=str(job.public_id),
+        status=STATUS_MAP[job.status],
+        enqueued_at=job.enqueued_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        last_attempted_at=job.started_at,
+        args=job.payload.get("args", []),
+        kwargs=job.payload.get("kwargs", {}),
+        backend=backend,
+        errors=errors,
+        worker_ids=list(job.worker_ids or []),
+    )
+    if job.status == JobStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", job.result)
+    return result
+
+
+@registry.kind(KIND, timeout_s=lambda payload: payload.get("timeout"))
+def run_task(ctx, payload):
+    """Run one `@task` function with its arguments; its return value must be JSON."""
+    task = _load_task(payload["task"])
+    result = to_task_result(ctx.job, task=task, backend=task.backend)
+    task_started.send(HaulageBackend, task_result=result)
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+    if payload.get("takes_context"):
+        value = task.call(TaskContext(task_result=result), *args, **kwargs)
+    else:
+        value = task.call(*args, **kwargs)
+    return normalize_json(value)
+
+
+def _send_task_finished(sender, job, **kwargs):
+    if job.kind != KIND:
+        return
+    try:
+        result = to_task_result(job)
+    except TaskResultDoesNotExist:
+        return
+    task_finished.send(HaulageBackend, task_result=result)
+
+
+signals.job_finished.connect(_send_task_finished, dispatch_uid="haulage-task-finished")

@@ -1,0 +1,164 @@
+"""Django's Tasks API, run by Haulage workers."""
+
+import pytest
+from django.db import transaction
+from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+
+from jobs.models import ConcurrencyLimit, Job, JobStatus
+from tests import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_default_backend_is_haulage():
+    assert type(task_backends["default"]).__name__ == "HaulageBackend"
+    assert default_task_backend.supports_defer and default_task_backend.supports_priority
+    assert default_task_backend.supports_get_result
+
+
+def test_enqueue_run_and_get_the_result(run_worker):
+    result = tasks.add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    run_worker(name="w-one")
+    fetched = tasks.add.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL
+    assert fetched.return_value == 5
+    assert fetched.worker_ids == ["w-one"]
+    assert fetched.started_at and fetched.finished_at and fetched.enqueued_at
+    result.refresh()
+    assert result.return_value == 5
+
+
+def test_priority_and_queue_come_from_the_task():
+    result = tasks.shout.enqueue("hi")
+    job = Job.objects.get(public_id=result.id)
+    assert (job.priority, job.queue, job.kind) == (5, "default", "django.task")
+
+
+def test_a_task_enqueued_in_a_rolled_back_transaction_never_runs(run_worker):
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            tasks.add.enqueue(1, 1)
+            raise RuntimeError("roll back")
+    assert not Job.objects.exists()
+
+
+def test_a_failing_task_records_the_exception_and_retries_append_worker_ids(run_worker):
+    result = tasks.flaky.enqueue()
+    for name in ("w1", "w2", "w3"):
+        # Skip the backoff: each burst worker runs one attempt.
+        Job.objects.filter(public_id=result.id).update(run_after=Job.objects.get(public_id=result.id).enqueued_at)
+        run_worker(name=name)
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.status == TaskResultStatus.FAILED
+    assert fetched.worker_ids == ["w1", "w2", "w3"]
+    assert fetched.attempts == 3
+    assert fetched.errors[-1].exception_class is ValueError
+    assert "raise ValueError" in fetched.errors[-1].traceback
+    with pytest.raises(ValueError, match="Task failed"):
+        fetched.return_value  # noqa: B018
+
+
+def test_context_carries_the_attempt_number(run_worker):
+    result = tasks.which_attempt.using(priority=1).enqueue(fail_until=2)
+    job = Job.objects.get(public_id=result.id)
+    Job.objects.filter(pk=job.pk).update(max_attempts=2)
+    run_worker()
+    Job.objects.filter(pk=job.pk).update(run_after=job.enqueued_at)
+    run_worker()
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.return_value == {"attempt": 2, "id": result.id}
+
+
+def test_signals_are_sent(run_worker):
+    seen = []
+
+    def record(name):
+        def receiver(sender, task_result, **kwargs):
+            seen.append((name, task_result.status))
+        return receiver
+
+    receivers = {task_enqueued: record("enqueued"), task_started: record("started"),
+                 task_finished: record("finished")}
+    for signal, receiver in receivers.items():
+        signal.connect(receiver)
+    try:
+        tasks.add.enqueue(1, 2)
+        run_worker()
+    finally:
+        for signal, receiver in receivers.items():
+            signal.disconnect(receiver)
+    assert seen == [("enqueued", "READY"), ("started", "RUNNING"), ("finished", "SUCCESSFUL")]
+
+
+def test_unknown_and_malformed_ids_do_not_exist():
+    for bad in ["nope", "00000000-0000-0000-0000-000000000000", "", "'; DROP TABLE jobs_job; --"]:
+        with pytest.raises(TaskResultDoesNotExist):
+            default_task_backend.get_result(bad)
+
+
+def test_arguments_must_be_json_and_nothing_is_written():
+    with pytest.raises(InvalidTask, match="JSON"):
+        tasks.add.enqueue(object(), 1)
+    with pytest.raises(InvalidTask, match="JSON"):
+        tasks.add.enqueue(float("nan"), 1)
+    assert not Job.objects.exists()
+
+
+def test_validation_happens_at_decoration_without_the_database(django_assert_num_queries):
+    with django_assert_num_queries(0):
+        with pytest.raises(InvalidTask, match="priority"):
+            task(priority=101)(tasks.add.func)
+        with pytest.raises(InvalidTask, match="max_attempts"):
+            task(max_attempts=0)(tasks.add.func)
+        with pytest.raises(InvalidTask, match="timeout"):
+            task(timeout=-1)(tasks.add.func)
+        with pytest.raises(InvalidTask, match="Queue"):
+            task(queue_name="nowhere")(tasks.add.func)
+
+
+def test_unique_tasks_merge_by_arguments():
+    first = tasks.once_per_argument.enqueue("a")
+    again = tasks.once_per_argument.enqueue("a")
+    other = tasks.once_per_argument.enqueue("b")
+    assert first.id == again.id != other.id
+
+
+def test_a_timeout_fails_the_attempt(run_worker):
+    result = tasks.slow.enqueue(3)
+    run_worker()
+    job = Job.objects.get(public_id=result.id)
+    assert job.error_code == "timeout"
+
+
+def test_a_non_json_return_value_fails_clearly(run_worker):
+    result = tasks.returns_a_set.enqueue()
+    run_worker()
+    job = Job.objects.get(public_id=result.id)
+    assert job.status in (JobStatus.FAILED, JobStatus.READY)
+    assert "TypeError" in job.error
+
+
+def test_concurrency_limit_becomes_a_key_with_that_limit():
+    tasks.exclusive.enqueue()
+    assert ConcurrencyLimit.objects.get(key="task:tests.tasks.exclusive").limit == 1
+
+
+def test_per_call_options(user):
+    result = tasks.add.with_job_options(unique_key="sum-1", owner=user, concurrency_key="user:1").enqueue(1, 2)
+    again = tasks.add.with_job_options(unique_key="sum-1").enqueue(1, 2)
+    assert result.id == again.id
+    job = Job.objects.get(public_id=result.id)
+    assert job.owner == user and job.concurrency_keys == ["user:1"]
+
+
+def test_cancelled_maps_to_failed_with_a_reason():
+    from jobs import services
+
+    result = tasks.add.enqueue(1, 1)
+    services.cancel(Job.objects.get(public_id=result.id))
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.status == TaskResultStatus.FAILED
+    assert fetched.errors[-1].exception_class_path == "jobs.exceptions.JobCancelled"

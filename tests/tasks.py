@@ -1,0 +1,49 @@
+"""Django @task functions used by the Tasks backend tests."""
+
+from django.tasks import task
+
+
+@task
+def add(a, b):
+    return a + b
+
+
+@task(priority=5)
+def shout(text):
+    return text.upper()
+
+
+@task(takes_context=True)
+def which_attempt(context, fail_until=1):
+    if context.attempt < fail_until:
+        raise RuntimeError(f"attempt {context.attempt} fails on purpose")
+    return {"attempt": context.attempt, "id": context.task_result.id}
+
+
+@task(max_attempts=3)
+def flaky(fail_until=3):
+    from django.tasks import TaskContext  # noqa: F401 - not used, only proves imports work in workers
+
+    raise ValueError("always")
+
+
+@task(max_attempts=2, timeout=0.5)
+def slow(seconds):
+    import time
+
+    time.sleep(seconds)
+
+
+@task(unique=True)
+def once_per_argument(value):
+    return value
+
+
+@task
+def returns_a_set():
+    return {1, 2}
+
+
+@task(queue_name="default", concurrency_limit=1)
+def exclusive():
+    return "ok"
