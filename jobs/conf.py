@@ -30,6 +30,11 @@ DEFAULTS = {
     "JOBS_MAX_PAYLOAD_DEPTH": 32,
     # Progress writes from handlers are throttled to one per this many seconds.
     "JOBS_PROGRESS_INTERVAL_SECONDS": 1.0,
+    # Process-mode jobs (each kind may override these in its policy options).
+    "JOBS_STALL_TIMEOUT_SECONDS": 60.0,  # no liveness beat for this long = stalled
+    "JOBS_WALL_CLOCK_CAP_SECONDS": 21600.0,  # an attempt never runs longer than this
+    "JOBS_KILL_GRACE_SECONDS": 5.0,  # between TERM and KILL of the child's group
+    "JOBS_SUPERVISOR_POLL_SECONDS": 0.25,  # how often the parent looks at its child
     # A runworker waits this long for migrations before giving up.
     "JOBS_MIGRATION_WAIT_SECONDS": 600.0,
 }

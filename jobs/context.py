@@ -3,7 +3,7 @@
 import threading
 import time
 
-from jobs import conf, services
+from jobs import childside, conf, services
 
 
 class JobContext:
@@ -34,7 +34,16 @@ class JobContext:
     def payload(self):
         return self.job.payload
 
+    def beat(self):
+        """A sign of life without progress, for a long quiet step (a no-op outside a child process)."""
+        childside.beat()
+
+    def keepalive(self):
+        """Beat from a thread during a step known to be healthy (see jobs.childside.keepalive)."""
+        return childside.keepalive()
+
     def progress(self, fraction=None, *, phase=None, message=None, force=False):
+        childside.beat()
         self._pending = {"fraction": fraction, "phase": phase, "message": message}
         now = time.monotonic()
         if force or now - self._last_write >= conf.JOBS_PROGRESS_INTERVAL_SECONDS:

@@ -36,8 +36,12 @@ class Policy:
     default_limits: dict[str, int] = field(default_factory=dict)
     # FAILED jobs are re-armed (attempts reset) this long after giving up.
     cooldown_s: float | None = None
-    # Options for the process / redis modes (stall timeout, resource limits…).
+    # Options for the process / redis modes: stall_timeout_s, wall_clock_cap_s,
+    # kill_grace_s, poll_interval_s, limits={address_space_bytes, file_size_bytes, cpu_time_s}.
     options: dict = field(default_factory=dict)
+    # Called by the worker after a process-mode job's child is gone, with the
+    # reason it ended ("paused" means: keep what a resume needs).
+    cleanup: Callable | None = None
 
     def attempts_allowed(self):
         return self.max_attempts if self.max_attempts is not None else conf.JOBS_DEFAULT_MAX_ATTEMPTS

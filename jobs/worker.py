@@ -32,7 +32,7 @@ log = logging.getLogger("jobs.worker")
 class Running:
     """A job this worker holds: its row as claimed, its context, its thread."""
 
-    __slots__ = ("job", "ctx", "thread", "timeout_s", "released")
+    __slots__ = ("job", "ctx", "thread", "timeout_s", "released", "child")
 
     def __init__(self, job, ctx, timeout_s):
         self.job = job
@@ -40,6 +40,7 @@ class Running:
         self.thread = None
         self.timeout_s = timeout_s
         self.released = False
+        self.child = None  # the supervised process of a process-mode job
 
 
 class Worker:
@@ -148,7 +149,10 @@ class Worker:
     def start(self, job):
         policy = registry.get(job.kind).policy
         ctx = JobContext(job, worker_id=self.name)
-        entry = Running(job, ctx, policy.timeout_for(job.payload))
+        # A process-mode child is killed at its wall-clock cap by its
+        # supervisor; the inline timeout watchdog is for threads only.
+        timeout = None if policy.mode == "process" else policy.timeout_for(job.payload)
+        entry = Running(job, ctx, timeout)
         with self.lock:
             self.running[job.pk] = entry
         target = self.run_inline
@@ -307,7 +311,8 @@ class Worker:
             entry.ctx.request_stop("shutdown")
         # Give cooperative handlers (and child supervisors) a moment to unwind
         # and requeue their own jobs; then requeue whatever is still ours.
-        until = time.monotonic() + (1.0 if self.hurry.is_set() else 5.0)
+        settle_s = 1.0 if self.hurry.is_set() else max(5.0, conf.JOBS_KILL_GRACE_SECONDS + 2)
+        until = time.monotonic() + settle_s
         for entry in left:
             if entry.thread is not None:
                 entry.thread.join(max(0.0, until - time.monotonic()))

@@ -94,3 +94,54 @@ def ledger(ctx, payload):
 @kind("tests.other_queue", queue="other")
 def other_queue(ctx, payload):
     return None
+
+
+# --- Process mode: each runs in a supervised child process ---------------------
+PROCESS_OPTIONS = {"stall_timeout_s": 2, "kill_grace_s": 1, "poll_interval_s": 0.1}
+
+
+def _note(payload, text):
+    with open(payload["ledger"], "a") as f:
+        f.write(text + "\n")
+
+
+@kind("tests.proc_sleep", mode="process", max_attempts=1, options=PROCESS_OPTIONS)
+def proc_sleep(ctx, payload):
+    """Beats while it sleeps; records its pid so tests can check it is gone."""
+    _note(payload, f"start {ctx.job.pk} {os.getpid()} {os.getpgid(0)}")
+    deadline = time.monotonic() + payload.get("seconds", 1)
+    while time.monotonic() < deadline:
+        ctx.progress(phase="sleeping")
+        time.sleep(0.1)
+    _note(payload, f"commit {ctx.job.pk} {os.getpid()}")
+    return {"pid": os.getpid()}
+
+
+@kind("tests.proc_quiet", mode="process", max_attempts=1, options=PROCESS_OPTIONS)
+def proc_quiet(ctx, payload):
+    """A long quiet step (no progress) that keeps beating: not a stall."""
+    _note(payload, f"start {ctx.job.pk} {os.getpid()} {os.getpgid(0)}")
+    with ctx.keepalive():
+        time.sleep(payload.get("seconds", 4))
+    return {"quiet": True}
+
+
+@kind("tests.proc_crash", mode="process", max_attempts=1, options=PROCESS_OPTIONS)
+def proc_crash(ctx, payload):
+    os._exit(payload.get("code", 3))
+
+
+@kind("tests.proc_stubborn", mode="process", max_attempts=1, options=PROCESS_OPTIONS)
+def proc_stubborn(ctx, payload):
+    """Ignores SIGTERM, and so does its grandchild: only KILL ends them."""
+    import signal
+    import subprocess
+    import sys
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    grandchild = subprocess.Popen([sys.executable, "-c",
+                                   "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    _note(payload, f"start {ctx.job.pk} {os.getpid()} {os.getpgid(0)} {grandchild.pid}")
+    while True:
+        ctx.progress(phase="ignoring")
+        time.sleep(0.1)
