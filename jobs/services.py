@@ -123,6 +123,15 @@ def enqueue(kind, payload=None, *, supersede=False, **options):
     """
     job = build_job(kind, payload, **options)
     _ensure_limits([job])
+    if job.concurrency_keys:
+        # The key locks taken to decide parking are held until the insert commits.
+        with transaction.atomic():
+            return _enqueue_one(job, supersede)
+    return _enqueue_one(job, supersede)
+
+
+def _enqueue_one(job, supersede):
+    _park_behind_full_keys([job])
     if job.unique_key is None:
         job.save(force_insert=True)
         _notify(job.queue)
@@ -176,10 +185,42 @@ def enqueue_many(specs):
     if any(job.unique_key for job in jobs):
         raise ValueError(_("Bulk enqueue takes jobs without a unique key; use enqueue() for those."))
     _ensure_limits(jobs)
-    created = Job.objects.bulk_create(jobs)
+    with transaction.atomic():
+        _park_behind_full_keys(jobs)
+        created = Job.objects.bulk_create(jobs)
     for queue in {job.queue for job in jobs}:
         _notify(queue)
     return created
+
+
+def _park_behind_full_keys(jobs):
+    """Enqueue jobs whose key is already full (or has a waiting line) parked.
+
+    A user who queues 100,000 jobs at a limit of 1 then never puts them in the
+    claim index at all: they wait in the key's line and are unparked one per
+    freed slot. The key's limit row is locked first (as `release_keys` does),
+    so a slot freed meanwhile cannot miss a job parked here.
+    """
+    keys = {key for job in jobs for key in job.concurrency_keys}
+    if not keys:
+        return
+    limits = sql.lock_limits(keys)
+    running = sql.running_counts(list(keys))
+    in_line = set(
+        Job.objects.filter(status=JobStatus.READY, blocked_key__in=list(keys))
+        .values_list("blocked_key", flat=True)
+        .order_by()
+        .distinct()
+    ) if len(keys) <= 50 else set()
+    room = {key: limits[key] - running.get(key, 0) for key in limits}
+    for job in jobs:
+        full = next((k for k in job.concurrency_keys if k in in_line or room.get(k, 1) <= 0), None)
+        if full is not None:
+            job.blocked_key = full
+            in_line.add(full)  # keep the line's order: later jobs of this key wait behind
+            continue
+        for key in job.concurrency_keys:
+            room[key] = room.get(key, 1) - 1
 
 
 def _supersede(job):

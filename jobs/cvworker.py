@@ -1,0 +1,544 @@
+"""The CV worker: takes CV jobs from Redis, runs their handlers, reports back.
+
+It needs no database. Apps declare handlers in a `cvhandlers` module:
+
+    from jobs.cvworker import cv_handler
+
+    @cv_handler("segment", warmup=load_models)
+    def segment(payload, ctx):
+        ...
+        ctx.report(0.5, phase="detect")
+        if ctx.should_stop():
+            return {}
+        return {"shots": [...]}
+
+The life of one job: take (BLMOVE into this worker's processing list) ->
+validate (poison goes to the dead letters) -> claim (duplicates dropped) ->
+status running -> handler -> result file written atomically -> status done
+and the message dropped from the processing list in one MULTI. A handler
+exception makes the status failed; the engine decides about retries.
+
+`manage.py runcvworker` runs `CVWorker.run()` in the foreground; in local
+mode the engine calls `start_embedded_worker()` to run it in a thread.
+"""
+
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import autodiscover_modules
+from django.utils.translation import gettext
+from redis.exceptions import RedisError
+
+from jobs import files, redisconn
+from jobs.transport import (
+    Claim,
+    CVConfig,
+    PoisonMessage,
+    State,
+    Transport,
+    check_name,
+    new_status,
+    parse_message,
+    result_path,
+)
+from project import env
+
+logger = logging.getLogger(__name__)
+
+# Extra handler modules to import, comma-separated (tests and out-of-tree handlers).
+HANDLER_MODULES_ENV = "HAULAGE_CV_HANDLER_MODULES"
+REPORT_INTERVAL_S = 0.5  # status writes from report() at most ~2 per second
+CANCEL_CHECK_INTERVAL_S = 0.5  # should_stop() reads the cancel key at most this often
+BACKOFF_MAX_S = 2.0
+# One take() waits this long at most before the loop looks at the stop flag
+# again: a stop never waits for a long blocking read to run out, at the cost
+# of a few idle BLMOVEs a second per thread.
+TAKE_WAIT_S = 0.5
+
+
+# --- Handlers -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CVHandler:
+    type: str
+    func: object  # (payload: dict, ctx: JobContext) -> dict
+    warmup: object = None  # () -> None, run once before the worker announces itself
+
+
+_handlers = {}
+
+
+def cv_handler(job_type, *, warmup=None):
+    """Register the decorated function as the handler of `job_type`."""
+
+    def register(func):
+        existing = _handlers.get(job_type)
+        name = f"{func.__module__}.{func.__qualname__}"
+        if existing and f"{existing.func.__module__}.{existing.func.__qualname__}" != name:
+            raise ImproperlyConfigured(f"Two CV handlers for {job_type!r}: {existing.func.__qualname__} and {name}.")
+        _handlers[job_type] = CVHandler(job_type, func, warmup)
+        return func
+
+    return register
+
+
+def discover_handlers():
+    """Import every installed app's `cvhandlers` module, and those named in HAULAGE_CV_HANDLER_MODULES."""
+    autodiscover_modules("cvhandlers")
+    for name in env.get_list(HANDLER_MODULES_ENV):
+        import_module(name)
+    return dict(_handlers)
+
+
+def registered_types():
+    return sorted(_handlers)
+
+
+# --- One running job ------------------------------------------------------------
+
+
+class JobContext:
+    """What a handler gets besides its payload: progress, stop requests, a folder."""
+
+    def __init__(self, worker, message):
+        self._worker = worker
+        self.message = message
+        self.job_id = message.job_id
+        self.attempt = message.attempt
+        self.work_dir = Path(settings.MEDIA_ROOT) / "cv" / message.job_id
+        self.status = new_status(message.job_id, message.attempt, State.RUNNING, worker=worker.worker_id)
+        # Guards `status`, `dirty` and `outcome` between the handler's thread,
+        # the heartbeat thread (which flushes reports) and shutdown.
+        self.lock = threading.Lock()
+        # Held around every status write of this job: a progress write still
+        # in flight must never land after the final one and undo it.
+        self.write_lock = threading.Lock()
+        self.dirty = False
+        self._written_at = 0.0
+        self.outcome = None  # "finished" or "handed_back": whoever sets it first decides
+        self.stop_seen = False  # the handler asked should_stop() and was told yes
+        self.cancelled = False
+        self._cancel_checked_at = 0.0
+
+    def report(self, fraction, phase=None, message=None):
+        """Record progress (fraction 0..1; phase and message unchanged when None).
+
+        Written to Redis at most about twice a second; a report skipped by
+        that throttle goes out with the next heartbeat. Never raises.
+        """
+        with self.lock:
+            previous_phase = self.status["phase"]
+            self.status["fraction"] = min(1.0, max(0.0, float(fraction)))
+            # str(): phases may be enums and messages lazy translations.
+            if phase is not None:
+                self.status["phase"] = str(phase)
+            if message is not None:
+                self.status["message"] = str(message)
+            self.status["updated_at"] = time.time()
+            due = (time.monotonic() - self._written_at >= REPORT_INTERVAL_S
+                   or self.status["phase"] != previous_phase)
+            self.dirty = True
+        if due:
+            self.flush()
+
+    def flush(self):
+        """Write the status if it changed since the last write; errors are logged, never raised."""
+        with self.write_lock:
+            with self.lock:
+                if not self.dirty or self.outcome is not None:
+                    return
+                status = dict(self.status)
+                self.dirty = False
+                self._written_at = time.monotonic()
+            try:
+                self._worker.transport.write_status(status)
+            except RedisError as exc:
+                with self.lock:
+                    self.dirty = True
+                logger.debug("progress of job %s not written: %s", self.job_id, exc)
+
+    def should_stop(self):
+        """True once the engine asked to cancel this job or the worker is shutting down.
+
+        A handler that was told yes has stopped: whatever it returns then is
+        not taken as a result (the job is cancelled or handed back).
+        """
+        if self._worker.stopping:
+            self.stop_seen = True
+            return True
+        now = time.monotonic()
+        if not self.cancelled and now - self._cancel_checked_at >= CANCEL_CHECK_INTERVAL_S:
+            self._cancel_checked_at = now
+            try:
+                self.cancelled = self._worker.transport.cancel_requested(self.job_id)
+            except RedisError:
+                pass  # cannot tell now; ask again on the next call
+        if self.cancelled:
+            self.stop_seen = True
+        return self.cancelled
+
+
+# --- The worker -------------------------------------------------------------------
+
+
+def default_worker_id():
+    host = "".join(c if c.isalnum() or c in "_.-" else "-" for c in socket.gethostname())[:60] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class _Backoff:
+    """Exponential pause with jitter after a Redis error, reset by a success."""
+
+    def __init__(self):
+        self.failures = 0
+
+    def next_s(self):
+        self.failures += 1
+        return min(BACKOFF_MAX_S, 0.1 * 2 ** self.failures) * random.uniform(0.5, 1.0)
+
+
+class CVWorker:
+    """Serves CV jobs of `types` with `concurrency` threads until asked to stop."""
+
+    def __init__(self, *, types=None, concurrency=1, worker_id=None, url=None, config=None):
+        self.config = config or CVConfig.from_settings()
+        self.types = list(types or registered_types())
+        unknown = [t for t in self.types if t not in _handlers]
+        if unknown:
+            raise ImproperlyConfigured(f"No CV handler is registered for {', '.join(unknown)}.")
+        if not self.types:
+            raise ImproperlyConfigured("No CV handlers are registered: no app has a cvhandlers module.")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1.")
+        self.concurrency = concurrency
+        self.worker_id = check_name("worker id", worker_id or default_worker_id())
+        # Bytes, not text: a message that is not UTF-8 must still be readable
+        # enough to dead-letter and remove by its exact value.
+        self.client = redisconn.build_client(url, decode_responses=False)
+        self.transport = Transport(self.client, config=self.config)
+        self.ready = threading.Event()  # set once the heartbeat is first written
+        self.exited = threading.Event()
+        self._stop = threading.Event()
+        self._beat_stop = threading.Event()
+        self._lock = threading.Lock()  # guards _running, _taking and _held
+        self._running = {}  # id(ctx) -> JobContext
+        self._taking = 0  # threads inside take(), which may still move a message
+        self._held = Counter()  # raw message -> how many copies threads are serving
+        self._suspects = Counter()  # orphans seen in the processing list at the last beat
+        self._threads = []
+        self._started_at = time.time()
+
+    @property
+    def stopping(self):
+        return self._stop.is_set()
+
+    def request_stop(self):
+        """Stop taking jobs; running ones get CV_SHUTDOWN_GRACE_S to finish (safe from a signal handler)."""
+        self._stop.set()
+
+    def run(self):
+        """Warm up, announce, serve until `request_stop()`, then shut down gracefully."""
+        try:
+            logger.info("CV worker %s starting: types %s, concurrency %d",
+                        self.worker_id, ",".join(self.types), self.concurrency)
+            for job_type in self.types:
+                warmup = _handlers[job_type].warmup
+                if warmup is not None:
+                    warmup()
+            # Announce only now: a heartbeat means "can serve", so the engine
+            # never counts a worker that is still loading its models.
+            if self.stopping or self._retry(self.transport.return_own, self.worker_id) is None \
+                    or self._retry(self._beat) is None:
+                return
+            self.ready.set()
+            logger.info("CV worker %s ready", self.worker_id)
+            threading.Thread(target=self._heartbeat_loop, name="cv-heartbeat", daemon=True).start()
+            # Daemon threads: a handler that ignores every stop request must
+            # not keep the process alive once its job is handed back.
+            self._threads = [threading.Thread(target=self._serve_loop, name=f"cv-job-{n}", daemon=True)
+                             for n in range(self.concurrency)]
+            for thread in self._threads:
+                thread.start()
+            # A timed wait, so the main thread gets to run signal handlers.
+            while not self._stop.wait(1.0):
+                pass
+            self._shutdown()
+        finally:
+            self._beat_stop.set()
+            self.client.close()
+            self.exited.set()
+
+    # --- the life of one job ---
+
+    def _serve_loop(self):
+        backoff = _Backoff()
+        while not self._stop.is_set():
+            with self._lock:
+                self._taking += 1
+            taken = None
+            try:
+                taken = self.transport.take(self.types, self.worker_id, TAKE_WAIT_S)
+                if taken is not None and self._stop.is_set():
+                    # Taken as shutdown began: give it straight back, unclaimed.
+                    job_type, raw = taken
+                    self._retry(self.transport.put_back, job_type, raw, self.worker_id,
+                                until_killed=True)
+                    taken = None
+            except RedisError as exc:
+                taken = None  # a move whose reply was lost is found by _return_orphans
+                self._pause_after(exc, backoff)
+                continue
+            finally:
+                with self._lock:
+                    self._taking -= 1
+                    if taken is not None:
+                        self._held[taken[1]] += 1
+            if backoff.failures:
+                logger.info("CV worker %s: Redis is reachable again", self.worker_id)
+                backoff.failures = 0
+            if taken is not None:
+                try:
+                    self._serve(*taken)
+                finally:
+                    with self._lock:
+                        self._held[taken[1]] -= 1
+                        if self._held[taken[1]] <= 0:
+                            del self._held[taken[1]]
+
+    def _serve(self, queue_type, raw):
+        try:
+            message = parse_message(raw, max_bytes=self.config.max_message_bytes,
+                                    known_types=self.types, queue_type=queue_type)
+        except PoisonMessage as exc:
+            logger.warning("dead-lettering a message from the %s queue: %s", queue_type, exc.reason)
+            self._retry(self.transport.dead_letter, raw, exc, self.worker_id)
+            return
+        try:
+            # Unique to this delivery, so a claim retried after a lost reply
+            # recognises its own win, and a second copy does not.
+            taker = f"{self.worker_id}:{secrets.token_hex(6)}"
+            claim = self._retry(self.transport.claim, message, taker)
+            if claim is None:
+                return  # stopping with Redis away: the reaper returns the message later
+            if claim is Claim.RUN:
+                self._run(message)
+                return
+            logger.info("not running job %s attempt %d: %s", message.job_id, message.attempt, claim)
+            status = None
+            if claim is Claim.CANCELLED:
+                status = new_status(message.job_id, message.attempt, State.FAILED, error_code="cancelled",
+                                    error=gettext("Cancelled before it started."), worker=self.worker_id)
+            self._retry(self.transport.finish, message, self.worker_id, status)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not kill the thread or loop on the message
+            logger.exception("CV worker error on job %s; dead-lettering it", message.job_id)
+            error = PoisonMessage(f"worker error: {exc.__class__.__name__}: {exc}",
+                                  message.job_id, message.attempt)
+            self._retry(self.transport.dead_letter, raw, error, self.worker_id)
+
+    def _run(self, message):
+        ctx = JobContext(self, message)
+        with self._lock:
+            self._running[id(ctx)] = ctx
+        try:
+            self._execute(ctx)
+        finally:
+            with self._lock:
+                self._running.pop(id(ctx), None)
+
+    def _execute(self, ctx):
+        message = ctx.message
+        try:
+            self.transport.write_status(dict(ctx.status))
+        except RedisError as exc:
+            logger.warning("job %s: could not mark it running: %s", message.job_id, exc)
+        result, error = None, None
+        try:
+            ctx.work_dir.mkdir(parents=True, exist_ok=True)
+            result = _handlers[message.type].func(message.payload, ctx)
+        except Exception as exc:  # noqa: BLE001 - any handler failure is reported, not raised
+            error = exc
+        with ctx.lock:
+            # Shutdown may have handed the job back while the handler ran on
+            # past the grace; then its late end must change nothing.
+            if ctx.outcome is not None:
+                return
+            ctx.outcome = "finished"
+        if ctx.cancelled:
+            status = self._final(ctx, State.FAILED, error_code="cancelled", error=gettext("Cancelled."))
+        elif ctx.stop_seen:
+            self._hand_back(ctx)
+            return
+        elif error is not None:
+            logger.info("job %s attempt %d failed: %r", message.job_id, message.attempt, error)
+            code = getattr(error, "code", None)
+            status = self._final(ctx, State.FAILED, error=str(error) or error.__class__.__name__,
+                                 error_code=code if isinstance(code, str) else error.__class__.__name__)
+        else:
+            status = self._store_result(ctx, result)
+        with ctx.write_lock:
+            self._retry(self.transport.finish, message, self.worker_id, status, until_killed=True)
+
+    def _store_result(self, ctx, result):
+        if not isinstance(result, dict):
+            return self._final(ctx, State.FAILED, error_code="bad_result",
+                               error=f"the handler returned {type(result).__name__}, not a dict")
+        relative = result_path(ctx.job_id, ctx.attempt)
+        try:
+            files.write_json_atomic(Path(settings.MEDIA_ROOT) / relative, result)
+        except (TypeError, ValueError) as exc:
+            return self._final(ctx, State.FAILED, error_code="bad_result", error=f"result is not JSON: {exc}")
+        except OSError as exc:
+            logger.error("job %s: result not written to %s: %s", ctx.job_id, relative, exc)
+            return self._final(ctx, State.FAILED, error_code="result_not_written", error=str(exc))
+        return self._final(ctx, State.DONE, fraction=1.0, result=relative)
+
+    def _final(self, ctx, state, **fields):
+        with ctx.lock:
+            progress = {k: ctx.status[k] for k in ("fraction", "phase", "message")}
+        return new_status(ctx.job_id, ctx.attempt, state, worker=self.worker_id, **{**progress, **fields})
+
+    def _hand_back(self, ctx):
+        status = new_status(ctx.job_id, ctx.attempt, State.QUEUED, worker=self.worker_id,
+                            message=gettext("Handed back: the CV worker stopped before finishing it."))
+        with ctx.write_lock:
+            self._retry(self.transport.hand_back, ctx.message, self.worker_id, status,
+                        until_killed=True)
+        logger.info("job %s attempt %d handed back", ctx.job_id, ctx.attempt)
+
+    # --- heartbeat and shutdown ---
+
+    def _beat(self):
+        with self._lock:
+            running = list(self._running.values())
+        for ctx in running:
+            ctx.flush()  # a progress report the throttle held back
+        info = {
+            "worker_id": self.worker_id, "host": socket.gethostname(), "pid": os.getpid(),
+            "types": self.types, "concurrency": self.concurrency, "started": self._started_at,
+            "jobs": [ctx.job_id for ctx in running], "beat_at": time.time(),
+        }
+        self.transport.beat(self.worker_id, info, [ctx.job_id for ctx in running])
+        return True
+
+    def _heartbeat_loop(self):
+        # Its own thread, so a long job never lets the heartbeat lapse.
+        backoff = _Backoff()
+        while not self._beat_stop.wait(self.config.heartbeat_interval_s):
+            try:
+                self._beat()
+                self.transport.reap_dead_workers()
+                self._return_orphans()
+            except RedisError as exc:
+                self._log_redis_error(exc, backoff)
+                backoff.failures += 1
+            else:
+                backoff.failures = 0
+
+    def _return_orphans(self):
+        """Return messages in this worker's processing list that no thread serves.
+
+        A BLMOVE whose reply was lost (the connection broke just then) leaves
+        its message in the processing list of a worker that lives on, where
+        the reaper never looks. An item counts as orphaned only when two beats
+        in a row find it unserved, so one just taken and not yet registered is
+        never mistaken for one.
+        """
+        items = Counter(self.transport.held_by(self.worker_id))
+        with self._lock:
+            orphans = items - self._held
+        confirmed = orphans & self._suspects
+        self._suspects = orphans - confirmed
+        for raw, copies in confirmed.items():
+            for _ in range(copies):
+                logger.warning("CV worker %s: returning a message it took but never served", self.worker_id)
+                try:
+                    message = parse_message(raw, max_bytes=self.config.max_message_bytes)
+                except PoisonMessage as exc:
+                    self.transport.dead_letter(raw, exc, self.worker_id)
+                else:
+                    self.transport.put_back(message.type, raw, self.worker_id)
+
+    def _shutdown(self):
+        logger.info("CV worker %s stopping: no new jobs; %d running, grace %ss",
+                    self.worker_id, len(self._running), self.config.shutdown_grace_s)
+        # Threads still inside take() may move one more message; they give it back.
+        self._wait(lambda: self._taking == 0, TAKE_WAIT_S + 1)
+        self._wait(lambda: not self._running, self.config.shutdown_grace_s)
+        with self._lock:
+            late = list(self._running.values())
+        for ctx in late:
+            with ctx.lock:
+                if ctx.outcome is not None:
+                    continue  # it has just finished and is recording that
+                ctx.outcome = "handed_back"
+            self._hand_back(ctx)
+        # Jobs that had just finished get a moment to record it (one file, one MULTI).
+        self._wait(lambda: all(ctx.outcome != "finished" for ctx in list(self._running.values())), 5)
+        self._beat_stop.set()
+        try:
+            self.transport.drop_heartbeat(self.worker_id)
+        except RedisError as exc:
+            logger.warning("heartbeat of %s not deleted (it expires on its own): %s", self.worker_id, exc)
+        logger.info("CV worker %s stopped", self.worker_id)
+
+    @staticmethod
+    def _wait(condition, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    # --- Redis trouble ---
+
+    def _retry(self, step, *args, until_killed=False):
+        """Run a Redis step until it succeeds and return its result.
+
+        Gives up (returning None) once the worker is stopping, unless
+        `until_killed`: recording a finished job or a hand-back is worth
+        waiting for until the process is killed.
+        """
+        backoff = _Backoff()
+        while True:
+            try:
+                return step(*args)
+            except RedisError as exc:
+                if self._stop.is_set() and not until_killed:
+                    return None
+                self._pause_after(exc, backoff)
+
+    def _pause_after(self, exc, backoff):
+        self._log_redis_error(exc, backoff)
+        delay_s = backoff.next_s()
+        if self._stop.is_set():
+            time.sleep(delay_s)
+        else:
+            self._stop.wait(delay_s)  # a stop request cuts the pause short
+
+    def _log_redis_error(self, exc, backoff):
+        if backoff.failures == 0:
+            logger.warning("CV worker %s: Redis error, retrying: %s: %s",
+                           self.worker_id, exc.__class__.__name__, exc)
+        else:
+            logger.debug("CV worker %s: Redis still failing: %s", self.worker_id, exc)
+
+
+def start_embedded_worker(types=None, concurrency=1, **options):
+    """Run a CV worker in a daemon thread of this process (local mode); returns the CVWorker.
+
+    Stop it with `worker.request_stop()` and wait on `worker.exited`.
+    """
+    discover_handlers()
+    worker = CVWorker(types=types, concurrency=concurrency, **options)
+    threading.Thread(target=worker.run, name="cv-worker", daemon=True).start()
+    return worker

@@ -1,0 +1,76 @@
+"""Tiny CV handlers named for their behaviour, for the transport tests.
+
+Imported by the worker through HAULAGE_CV_HANDLER_MODULES=tests.cv_handlers,
+so no setting names them. Handlers that take a `ledger` path append one line
+per event ("start", "finish") with the job, attempt and pid: a file every
+process can append to, so a test can count how often a job really ran.
+"""
+
+import os
+import time
+import uuid
+
+from jobs.cvworker import cv_handler
+
+# Env knobs for the start-up test: how long the warm-up takes, and a file it
+# marks when it starts and ends.
+WARMUP_S_ENV = "HAULAGE_TEST_CV_WARMUP_S"
+WARMUP_MARKER_ENV = "HAULAGE_TEST_CV_WARMUP_MARKER"
+
+
+class BrokenClip(Exception):
+    code = "broken_clip"
+
+
+def note(path, *words):
+    if path:
+        # One write() of a short line with O_APPEND: lines never interleave.
+        with open(path, "a", encoding="utf-8") as ledger:
+            ledger.write(" ".join(str(w) for w in words) + "\n")
+
+
+def warm_up():
+    marker = os.environ.get(WARMUP_MARKER_ENV)
+    note(marker, "warmup-start", os.getpid())
+    time.sleep(float(os.environ.get(WARMUP_S_ENV, "0")))
+    note(marker, "warmup-done", os.getpid())
+
+
+@cv_handler("noop")
+def noop(payload, ctx):
+    return {"echo": payload.get("echo")}
+
+
+@cv_handler("sleep_for", warmup=warm_up)
+def sleep_for(payload, ctx):
+    """Waits `seconds` (or keeps the CPU busy, with `busy`); stops early when
+    told to unless `cooperative` is false."""
+    run = uuid.uuid4().hex
+    note(payload.get("ledger"), "start", ctx.job_id, ctx.attempt, os.getpid(), run)
+    deadline = time.monotonic() + payload.get("seconds", 0)
+    while time.monotonic() < deadline:
+        if payload.get("cooperative", True) and ctx.should_stop():
+            note(payload.get("ledger"), "stopped", ctx.job_id, ctx.attempt, os.getpid(), run)
+            raise InterruptedError("stopped")
+        if payload.get("busy"):
+            sum(i * i for i in range(20000))  # pure Python: holds the GIL like heavy work
+        else:
+            time.sleep(0.02)
+    note(payload.get("ledger"), "finish", ctx.job_id, ctx.attempt, os.getpid(), run)
+    return {"pid": os.getpid(), "run": run}
+
+
+@cv_handler("fail")
+def fail(payload, ctx):
+    if payload.get("coded"):
+        raise BrokenClip("the clip is broken")
+    raise ValueError(payload.get("message", "no good"))
+
+
+@cv_handler("write_progress")
+def write_progress(payload, ctx):
+    steps = payload.get("steps", 4)
+    for step in range(1, steps + 1):
+        time.sleep(payload.get("step_s", 0.0))
+        ctx.report(step / steps, phase="counting", message=f"step {step} of {steps}")
+    return {"steps": steps}
