@@ -68,5 +68,20 @@ def readyz(request):
     body = {
         "status": "unavailable" if failed else "ok",
         "checks": {name: problem or "ok" for name, problem in checks.items()},
+        # Reported, not required: pages work while CV jobs wait for a worker.
+        "cv_workers": cv_workers() if checks["redis"] is None else None,
     }
     return JsonResponse(body, status=503 if failed else 200)
+
+
+def cv_workers():
+    """How many CV workers have a live heartbeat (the embedded one counts in local mode)."""
+    import redis
+
+    from jobs import redisconn
+    from jobs.transport import Transport
+
+    try:
+        return len(Transport(redisconn.get_client()).live_workers())
+    except redis.RedisError:
+        return None

@@ -35,11 +35,14 @@ DEFAULTS = {
     "JOBS_WALL_CLOCK_CAP_SECONDS": 21600.0,  # an attempt never runs longer than this
     "JOBS_KILL_GRACE_SECONDS": 5.0,  # between TERM and KILL of the child's group
     "JOBS_SUPERVISOR_POLL_SECONDS": 0.25,  # how often the parent looks at its child
+    # Local mode (no REDIS_URL): CV jobs run on threads inside each runworker.
+    "JOBS_EMBEDDED_CV_CONCURRENCY": 1,
     # A runworker waits this long for migrations before giving up.
     "JOBS_MIGRATION_WAIT_SECONDS": 600.0,
 }
 
-INT_SETTINGS = {"JOBS_DEFAULT_MAX_ATTEMPTS", "JOBS_MAX_PAYLOAD_BYTES", "JOBS_MAX_PAYLOAD_DEPTH"}
+INT_SETTINGS = {"JOBS_DEFAULT_MAX_ATTEMPTS", "JOBS_MAX_PAYLOAD_BYTES", "JOBS_MAX_PAYLOAD_DEPTH",
+                "JOBS_EMBEDDED_CV_CONCURRENCY"}
 
 
 def __getattr__(name):

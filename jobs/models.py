@@ -70,13 +70,14 @@ class Job(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
     )
-    unique_key = models.CharField(_("unique key"), max_length=255, null=True, blank=True)
+    # NULL, not "", means "no key": the partial unique index ignores NULLs.
+    unique_key = models.CharField(_("unique key"), max_length=255, null=True, blank=True)  # noqa: DJ001
     fingerprint = models.CharField(_("fingerprint"), max_length=128, blank=True, default="")
     concurrency_keys = models.JSONField(_("concurrency keys"), default=list, blank=True)
     # Set while a READY job waits for a concurrency key at its limit: such jobs
     # leave the claim index, so one user's 100k queued jobs never make the
     # claim scan past them (see jobs/claiming.py).
-    blocked_key = models.CharField(max_length=255, null=True, blank=True, editable=False)
+    blocked_key = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001
     # "cancel" or "pause" asked of a RUNNING job: it stays RUNNING (holding its
     # slots) until its worker has really stopped it, so limits hold throughout.
     stop_requested = models.CharField(max_length=10, blank=True, default="")

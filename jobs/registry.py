@@ -9,8 +9,9 @@ Apps declare their kinds with the decorator; the engine does the rest:
 """
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from jobs import conf
 from jobs.exceptions import UnknownKind
@@ -42,6 +43,9 @@ class Policy:
     # Called by the worker after a process-mode job's child is gone, with the
     # reason it ended ("paused" means: keep what a resume needs).
     cleanup: Callable | None = None
+    # Redis mode: turns the CV worker's result document into the job's result
+    # (and the app's rows), inside the transaction that completes the job.
+    ingest: Callable | None = None
 
     def attempts_allowed(self):
         return self.max_attempts if self.max_attempts is not None else conf.JOBS_DEFAULT_MAX_ATTEMPTS

@@ -381,13 +381,13 @@ def _appended_errors(job, entry):
     return (list(job.errors or []) + [entry])[-MAX_ERRORS_KEPT:]
 
 
-def requeue(job, *, reason):
+def requeue(job, *, reason, delay_s=0):
     """RUNNING → READY without spending an attempt (graceful shutdown hands the job back)."""
     with transaction.atomic():
         changed = _running(job.pk, job.lease_token).update(
             status=JobStatus.READY,
             attempts=F("attempts") - 1,
-            run_after=Now(),
+            run_after=Now() + timedelta(seconds=delay_s),
             **_end_lease(),
         )
         if changed:

@@ -22,9 +22,10 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from jobs import claiming, conf, execution, registry, services, wakeup
+from jobs import claiming, conf, execution, redisconn, registry, services, wakeup
 from jobs.context import JobContext
-from jobs.models import Job, JobStatus, Worker as WorkerRow
+from jobs.models import Job, JobStatus
+from jobs.models import Worker as WorkerRow
 
 log = logging.getLogger("jobs.worker")
 
@@ -63,6 +64,7 @@ class Worker:
         self.exited = threading.Event()
         self.claimed_total = 0
         self.quiet = False
+        self.monitor = None  # watches redis-mode jobs, started with the first one
 
     # --- life -------------------------------------------------------------
 
@@ -73,6 +75,8 @@ class Worker:
         self.register()
         services.ensure_queues()
         wakeup.subscribe(jobs=self.wake, stop=self.stop_check)
+        if any(registry.get(k).policy.mode == "redis" for k in self.kinds) and redisconn.is_local_mode():
+            self.cv_monitor()  # local mode: the embedded CV worker starts with the runworker
         beat = threading.Thread(target=self.heartbeat_loop, name="haulage-heartbeat", daemon=True)
         beat.start()
         if connection.vendor == "postgresql":
@@ -99,6 +103,8 @@ class Worker:
                 self.stopping.wait(conf.JOBS_POLL_SECONDS)
                 continue
             idle_claims = 0 if claimed or self.running else idle_claims + 1
+            if self.monitor is not None and self.monitor.inflight:
+                idle_claims = 0
             if self.done_by_count() or (self.burst and idle_claims and self.nothing_left()):
                 break
             if claimed and self.free_slots() > 0:
@@ -136,6 +142,9 @@ class Worker:
     def nothing_left(self):
         with self.lock:
             busy = bool(self.running)
+        if self.monitor is not None:
+            with self.monitor.lock:
+                busy = busy or bool(self.monitor.inflight)
         if busy or not self.completions.empty():
             return False
         try:
@@ -148,6 +157,10 @@ class Worker:
 
     def start(self, job):
         policy = registry.get(job.kind).policy
+        if policy.mode == "redis":
+            # Publishing frees the slot at once; the monitor watches the job from here.
+            self.cv_monitor().adopt(job)
+            return
         ctx = JobContext(job, worker_id=self.name)
         # A process-mode child is killed at its wall-clock cap by its
         # supervisor; the inline timeout watchdog is for threads only.
@@ -162,6 +175,14 @@ class Worker:
             target = process_mode.runner(self)
         entry.thread = threading.Thread(target=target, args=(entry,), name=f"job-{job.pk}", daemon=True)
         entry.thread.start()
+
+    def cv_monitor(self):
+        if self.monitor is None:
+            from jobs.redis_mode import Monitor
+
+            self.monitor = Monitor(self)
+            self.monitor.start()
+        return self.monitor
 
     def run_inline(self, entry):
         job, ctx = entry.job, entry.ctx
@@ -320,6 +341,8 @@ class Worker:
         for entry in left:
             execution.guarded(services.requeue, entry.job,
                               reason=execution.STOP_MESSAGES["shutdown"])
+        if self.monitor is not None:
+            self.monitor.hand_back_all()
 
     # --- registration and the database ------------------------------------------
 

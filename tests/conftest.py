@@ -8,7 +8,6 @@ from django.db import connection
 from tests.servers import PostgresServer, need
 
 
-
 def is_postgres():
     return connection.vendor == "postgresql"
 
@@ -97,13 +96,13 @@ def run_worker(fast_engine):
     """Run an in-process Worker until it has nothing left (`--burst`), then return it."""
     from jobs.worker import Worker
 
-    def run(**options):
+    def run(timeout=30, **options):
         options.setdefault("burst", True)
         options.setdefault("concurrency", 4)
         worker = Worker(**options)
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
-        thread.join(options.pop("timeout", 30))
+        thread.join(timeout)
         assert not thread.is_alive(), "the worker did not finish in time"
         return worker
 

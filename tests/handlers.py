@@ -145,3 +145,21 @@ def proc_stubborn(ctx, payload):
     while True:
         ctx.progress(phase="ignoring")
         time.sleep(0.1)
+
+
+# --- Redis mode: forwarded to a CV worker (tests/cv_handlers.py serves the types) ---
+@kind("tests.cv_noop", mode="redis", queue="cv", max_attempts=2, options={"cv_type": "noop"})
+def cv_noop(ctx, payload):
+    raise AssertionError("redis-mode jobs run on CV workers, not here")
+
+
+@kind("tests.cv_progress", mode="redis", queue="cv", max_attempts=1,
+      options={"cv_type": "write_progress"},
+      ingest=lambda job, data: {"ingested_steps": data["steps"]})
+def cv_progress(ctx, payload):
+    raise AssertionError("redis-mode jobs run on CV workers, not here")
+
+
+@kind("tests.cv_fail", mode="redis", queue="cv", max_attempts=1, options={"cv_type": "fail"})
+def cv_fail(ctx, payload):
+    raise AssertionError("redis-mode jobs run on CV workers, not here")

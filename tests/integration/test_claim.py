@@ -223,7 +223,7 @@ def test_two_claimers_released_together_never_exceed_a_limit_of_one():
         barrier = threading.Barrier(2)
         got = []
 
-        def claimer(worker):
+        def claimer(worker, barrier=barrier, got=got):
             try:
                 barrier.wait()
                 got.extend(claim(worker, limit=3))

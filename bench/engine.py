@@ -1,0 +1,161 @@
+"""Haulage's engine figures that no peer has: claim cost against queue depth, and
+head-of-line blocking behind one user's backlog. Part of `make bench`.
+
+    .venv/bin/python bench/engine.py [--quick]
+
+Starts its own PostgreSQL; each figure is the median of three runs on a fresh
+database copied from a migrated template. Throughput is measured from the
+first start to the last finish of the measured jobs (their own timestamps),
+with one `manage.py runworker` at its default settings.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.services import start_postgres  # noqa: E402
+
+MEASURED = 5000
+
+FILL_SQL = """
+INSERT INTO jobs_job (public_id, kind, queue, payload, status, priority, position,
+    concurrency_keys, attempts, max_attempts, run_after, worker_ids, fingerprint, phase,
+    progress_message, error, error_code, errors, enqueued_at, updated_at, stop_requested)
+SELECT gen_random_uuid(), 'bench.noop', 'default', %s::jsonb, 'READY', %s, 0, %s::jsonb, 0, 1,
+       now(), '[]', '', '', '', '', '', '[]', now() - interval '1 hour', now(), ''
+FROM generate_series(1, %s)
+"""
+
+
+def env_for(url, scratch):
+    return {**os.environ, "DATABASE_URL": url, "SECRET_KEY": "bench-only", "DEBUG": "0",
+            "SECURE_SSL_REDIRECT": "0", "HAULAGE_VAR_DIR": str(scratch),
+            "JOBS_HANDLER_MODULES": "bench.handlers", "LOG_LEVEL": "WARNING"}
+
+
+class Server:
+    def __init__(self, root):
+        self.stop, env = start_postgres(root)
+        self.base = env["TEST_POSTGRES_URL"].rsplit("/", 1)[0]
+        self.scratch = root
+        self.count = 0
+        self.admin("CREATE DATABASE template_bench")
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, check=True,
+                       env=env_for(f"{self.base}/template_bench", root))
+
+    def admin(self, sql):
+        with psycopg.connect(f"{self.base}/postgres", autocommit=True) as conn:
+            conn.execute(sql)
+
+    def fresh(self):
+        self.count += 1
+        name = f"bench_{self.count}"
+        self.admin(f"CREATE DATABASE {name} TEMPLATE template_bench")
+        return f"{self.base}/{name}"
+
+
+def fill(url, count, *, priority, keys="[]", payload="{}"):
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(FILL_SQL, [payload, priority, keys, count])
+
+
+def enqueue_measured(url, *, users=None):
+    """MEASURED no-op jobs at priority 0 (ahead of the filler), spread over `users` keys."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if users:
+            for user in range(users):
+                keys = json.dumps([f"user:{user + 2}"])
+                conn.execute(FILL_SQL.replace("now() - interval '1 hour'", "now()"),
+                             [json.dumps({"measured": 1, "keys": json.loads(keys)}), 0, keys,
+                              MEASURED // users])
+                conn.execute("INSERT INTO jobs_concurrencylimit (key, \"limit\") VALUES (%s, 1000) "
+                             "ON CONFLICT DO NOTHING", [f"user:{user + 2}"])
+        else:
+            conn.execute(FILL_SQL.replace("now() - interval '1 hour'", "now()"),
+                         ['{"measured": 1}', 0, "[]", MEASURED])
+        conn.execute("ANALYZE jobs_job")
+
+
+def run_worker_until_measured_done(url, scratch):
+    worker = subprocess.Popen([sys.executable, "manage.py", "runworker"], cwd=ROOT,
+                              env=env_for(url, scratch), stdout=subprocess.DEVNULL)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            while True:
+                left = conn.execute("SELECT count(*) FROM jobs_job WHERE payload ? 'measured' "
+                                    "AND status <> 'SUCCESSFUL'").fetchone()[0]
+                if left == 0:
+                    break
+                if worker.poll() is not None:
+                    raise RuntimeError("the worker exited early")
+                time.sleep(0.2)
+            first, last = conn.execute(
+                "SELECT min(started_at), max(finished_at) FROM jobs_job WHERE payload ? 'measured'"
+            ).fetchone()
+    finally:
+        worker.terminate()
+        worker.wait(60)
+    return MEASURED / (last - first).total_seconds()
+
+
+def depth(server, ready_rows):
+    url = server.fresh()
+    fill(url, ready_rows - MEASURED, priority=-1)
+    enqueue_measured(url)
+    return run_worker_until_measured_done(url, server.scratch)
+
+
+def head_of_line(server, backlog):
+    url = server.fresh()
+    if backlog:
+        fill(url, backlog, priority=0, keys='["hol:1"]')
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO jobs_concurrencylimit (key, \"limit\") VALUES ('hol:1', 1)")
+    enqueue_measured(url, users=50)
+    return run_worker_until_measured_done(url, server.scratch)
+
+
+def median_of(runs, fn, *args):
+    return statistics.median(fn(*args) for _ in range(runs))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one run each, 100k instead of 1M rows")
+    args = parser.parse_args()
+    runs = 1 if args.quick else 3
+    deep = 100_000 if args.quick else 1_000_000
+    with tempfile.TemporaryDirectory(prefix="haulage-bench-") as tmp:
+        root = Path(tmp)
+        os.chmod(root, 0o755)
+        server = Server(root)
+        try:
+            shallow_rate = median_of(runs, depth, server, 1_000 + MEASURED)
+            deep_rate = median_of(runs, depth, server, deep + MEASURED)
+            free_rate = median_of(runs, head_of_line, server, 0)
+            blocked_rate = median_of(runs, head_of_line, server, 100_000)
+        finally:
+            server.stop()
+    print("| engine figure (PostgreSQL, one runworker, defaults) | jobs/s |")
+    print("| --- | ---: |")
+    print(f"| {MEASURED:,} no-op jobs with 1k READY rows behind them | {shallow_rate:,.0f} |")
+    print(f"| the same with {deep:,} READY rows behind them | {deep_rate:,.0f} "
+          f"({deep_rate / shallow_rate - 1:+.0%}) |")
+    print(f"| 50 users' {MEASURED:,} jobs, nobody blocked | {free_rate:,.0f} |")
+    print(f"| the same while one user has 100,000 READY jobs at a limit of 1 | {blocked_rate:,.0f} "
+          f"({blocked_rate / free_rate - 1:+.0%}) |")
+
+
+if __name__ == "__main__":
+    main()

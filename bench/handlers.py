@@ -1,0 +1,9 @@
+"""The no-op kind the engine benchmarks run (loaded with JOBS_HANDLER_MODULES=bench.handlers)."""
+
+from jobs.registry import kind
+
+
+@kind("bench.noop", max_attempts=1, concurrency_keys=lambda payload, owner: payload.get("keys", []),
+      default_limits={"user": 1000, "hol": 1})
+def noop(ctx, payload):
+    return None

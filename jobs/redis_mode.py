@@ -1,0 +1,181 @@
+"""The `redis` execution mode: jobs forwarded to the CV worker fleet.
+
+The runworker claims a redis-mode job like any other, publishes it to Redis
+and hands it to its `Monitor`; publishing frees the executor slot, and the
+queue's global limit bounds how many are in flight. The Job row stays the
+durable record: the monitor renews its lease, mirrors progress from the
+status key, ingests the result file (never only in Redis), routes cancel and
+pause requests, and republishes an attempt Redis lost.
+"""
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import redis
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.utils.translation import gettext as _
+
+from jobs import conf, files, redisconn, registry, services
+from jobs.models import Job, JobStatus
+from jobs.transport import State, Transport
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.5
+# Redis outages requeue a claimed job after this delay, without spending an attempt.
+UNAVAILABLE_RETRY_S = 5.0
+
+
+def cv_type(job):
+    return registry.get(job.kind).policy.options.get("cv_type") or job.kind.rsplit(".", 1)[-1]
+
+
+class Monitor(threading.Thread):
+    """One per runworker: watches every CV job this worker published."""
+
+    def __init__(self, worker):
+        super().__init__(name="haulage-cv-monitor", daemon=True)
+        self.worker = worker
+        self.inflight = {}  # job id -> Job as claimed
+        self.seen = {}  # job id -> last mirrored (state, fraction, phase, message)
+        self.lock = threading.Lock()
+        self.transport = Transport(redisconn.get_client())
+        self.embedded = None
+
+    # Called from the worker's main loop when it claims a redis-mode job.
+    def adopt(self, job):
+        try:
+            current = self.transport.status(str(job.pk))
+            # A requeued job keeps its attempt number: if that attempt is
+            # still known to Redis, keep watching it instead of sending it twice.
+            if not (current and current.get("attempt") == job.attempts
+                    and current.get("state") in (State.QUEUED, State.RUNNING, State.DONE)):
+                self.transport.publish(cv_type(job), str(job.pk), job.attempts, job.payload)
+        except redis.RedisError as exc:
+            log.warning("Redis unavailable, job %s goes back to the queue: %s", job.pk, exc)
+            services.requeue(job, reason=_("The CV queue (Redis) is unavailable; retrying shortly."),
+                             delay_s=UNAVAILABLE_RETRY_S)
+            return
+        with self.lock:
+            self.inflight[job.pk] = job
+
+    def run(self):
+        if redisconn.is_local_mode():
+            from jobs.cvworker import start_embedded_worker
+
+            self.embedded = start_embedded_worker(concurrency=conf.JOBS_EMBEDDED_CV_CONCURRENCY)
+        next_beat = 0.0
+        while not self.worker.exited.is_set():
+            try:
+                if time.monotonic() >= next_beat:
+                    self.renew()
+                    self.transport.reap_dead_workers()
+                    next_beat = time.monotonic() + conf.JOBS_HEARTBEAT_SECONDS
+                self.tick()
+            except (DatabaseError, redis.RedisError) as exc:
+                # Leases are renewed from the database, so a Redis outage only
+                # delays jobs; a database outage ends in a rescue at worst.
+                log.warning("CV monitor: %s", exc.__class__.__name__)
+                self.worker.reset_connection()
+            except Exception:  # noqa: BLE001 - the monitor must outlive any one job
+                log.exception("CV monitor error")
+            self.worker.exited.wait(TICK_S)
+        if self.embedded is not None:
+            self.embedded.request_stop()
+        connection.close()
+
+    def renew(self):
+        with self.lock:
+            jobs = list(self.inflight.values())
+        kept = services.renew_leases(self.worker.row, jobs)
+        for job in jobs:
+            if job.pk not in kept:
+                log.info("CV job %s lost its lease; no longer watched here", job.pk)
+                self.forget(job)
+
+    def tick(self):
+        with self.lock:
+            jobs = list(self.inflight.values())
+        if not jobs:
+            return
+        asked = dict(
+            Job.objects.filter(pk__in=[j.pk for j in jobs], status=JobStatus.RUNNING)
+            .exclude(stop_requested="").values_list("pk", "stop_requested")
+        )
+        for job in jobs:
+            if job.pk in asked:
+                self.transport.cancel(str(job.pk))
+            self.follow(job)
+
+    def follow(self, job):
+        key = str(job.pk)
+        status = self.transport.status(key)
+        if not status or status.get("attempt") != job.attempts:
+            if not self.transport.is_pending(key, job.attempts):
+                log.warning("Redis lost CV job %s (attempt %s); publishing it again", job.pk, job.attempts)
+                self.transport.publish(cv_type(job), key, job.attempts, job.payload)
+            return
+        state = status.get("state")
+        if state == State.DONE:
+            self.ingest(job, status)
+        elif state == State.FAILED:
+            self.failed(job, status)
+        else:
+            self.mirror(job, status)
+
+    def mirror(self, job, status):
+        if status.get("state") == State.QUEUED and not self.transport.live_workers([cv_type(job)]):
+            snapshot = (None, _("Waiting: no CV worker is running."))
+            phase, message, fraction = "queued", snapshot[1], None
+        else:
+            fraction, phase, message = status.get("fraction"), status.get("phase"), status.get("message")
+            snapshot = (fraction, phase, message)
+        if self.seen.get(job.pk) == snapshot:
+            return
+        self.seen[job.pk] = snapshot
+        if not services.report_progress(job, fraction=fraction, phase=phase or "", message=message or ""):
+            self.forget(job)
+
+    def ingest(self, job, status):
+        policy = registry.get(job.kind).policy
+        path = Path(settings.MEDIA_ROOT) / status["result"]
+        data = files.read_json(path)
+        with transaction.atomic():
+            result = policy.ingest(job, data) if policy.ingest else None
+            services.complete(job, result if result is not None else {"result": status["result"]})
+        self.transport.clear(str(job.pk))
+        self.forget(job)
+
+    def failed(self, job, status):
+        code = status.get("error_code") or "error"
+        if code == "cancelled" and Job.objects.filter(pk=job.pk).exclude(stop_requested="").exists():
+            services.acknowledge_stop(job, reason=status.get("error") or "")
+        else:
+            services.fail(job, error=status.get("error") or _("The CV job failed."), code=code,
+                          retry=code != "rejected")
+        self.transport.clear(str(job.pk))
+        self.forget(job)
+
+    def forget(self, job):
+        with self.lock:
+            self.inflight.pop(job.pk, None)
+        self.seen.pop(job.pk, None)
+        self.worker.wake.set()
+
+    def hand_back_all(self):
+        """At shutdown: give every watched job back to the queue, attempt kept.
+
+        The CV fleet keeps working on them; whichever runworker claims one
+        next finds its attempt in Redis and watches it instead of resending.
+        """
+        with self.lock:
+            jobs = list(self.inflight.values())
+            self.inflight.clear()
+        for job in jobs:
+            try:
+                services.requeue(job, reason=_("The worker watching this CV job shut down."))
+            except DatabaseError:
+                log.warning("could not hand back CV job %s; its lease will expire", job.pk)

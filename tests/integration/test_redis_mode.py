@@ -1,0 +1,65 @@
+"""Redis-mode jobs: claimed by a runworker, run by a CV worker, recorded in the database."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.db import connection
+
+from jobs import redisconn, services
+from jobs.models import Job, JobStatus
+from tests.acceptance.conftest import ROOT
+from tests.servers import database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def cv_handlers(monkeypatch):
+    monkeypatch.setenv("HAULAGE_CV_HANDLER_MODULES", "tests.cv_handlers")
+
+
+@pytest.fixture
+def local_mode(settings, cv_handlers):
+    settings.REDIS_URL = ""
+    redisconn._clients.clear()
+    yield
+    redisconn._clients.clear()
+
+
+def test_local_mode_runs_cv_jobs_on_the_embedded_worker(run_worker, local_mode):
+    job = services.enqueue("tests.cv_progress", {"steps": 3})
+    run_worker(queues=["cv"], timeout=30)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCESSFUL
+    assert job.result == {"ingested_steps": 3}
+
+
+def test_a_failing_cv_job_fails_with_its_error(run_worker, local_mode):
+    job = services.enqueue("tests.cv_fail", {"message": "bad clip"})
+    run_worker(queues=["cv"], timeout=30)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "bad clip" in job.error
+
+
+def test_real_redis_and_a_cv_worker_process(run_worker, settings, redis_url, cv_handlers, tmp_path):
+    settings.REDIS_URL = redis_url
+    redisconn._clients.clear()
+    redisconn.get_client().flushdb()
+    env = {**os.environ, "REDIS_URL": redis_url, "DATABASE_URL": database_url(connection),
+           "HAULAGE_CV_HANDLER_MODULES": "tests.cv_handlers"}
+    cv = subprocess.Popen([sys.executable, "manage.py", "runcvworker", "--concurrency", "2"],
+                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        jobs = [services.enqueue("tests.cv_noop", {"echo": i}) for i in range(5)]
+        run_worker(queues=["cv"], timeout=60)
+    finally:
+        cv.terminate()
+        cv.wait(30)
+        redisconn._clients.clear()
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.status == JobStatus.SUCCESSFUL, job.error
+        assert job.result["result"].startswith(f"cv/{job.pk}/")
