@@ -115,6 +115,16 @@ class Job(models.Model):
     class Meta:
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
+        # The admin's actions, each its own permission, so a read-only staff
+        # role (view_job alone) sees the queue without steering it.
+        permissions = [
+            ("can_retry", _("Can retry failed or cancelled jobs")),
+            ("can_reorder", _("Can move jobs in the queue and change their priority")),
+            ("can_cancel", _("Can cancel jobs")),
+            ("can_pause", _("Can pause and resume jobs")),
+            ("can_manage_queues", _("Can pause queues and change their limits")),
+            ("can_manage_workers", _("Can quiet and stop workers")),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(priority__gte=PRIORITY_MIN) & Q(priority__lte=PRIORITY_MAX),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import redis
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, transaction
 from django.utils.translation import gettext as _
 
@@ -66,7 +67,10 @@ class Monitor(threading.Thread):
         if redisconn.is_local_mode():
             from jobs.cvworker import start_embedded_worker
 
-            self.embedded = start_embedded_worker(concurrency=conf.JOBS_EMBEDDED_CV_CONCURRENCY)
+            try:
+                self.embedded = start_embedded_worker(concurrency=conf.JOBS_EMBEDDED_CV_CONCURRENCY)
+            except ImproperlyConfigured as exc:
+                log.warning("no embedded CV worker (%s); CV jobs wait for one", exc)
         next_beat = 0.0
         while not self.worker.exited.is_set():
             try:

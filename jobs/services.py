@@ -284,40 +284,16 @@ def complete(job, result=None):
 
 
 def complete_many(jobs_results):
-    """Complete a batch of (job, result) in one transaction; returns the ids that stuck.
-
-    One UPDATE per distinct result keeps the common no-result case to a single
-    statement for the whole batch.
-    """
-    done = []
+    """Complete a batch of (job, result) in one statement; returns the ids that stuck."""
+    if not jobs_results:
+        return []
     with transaction.atomic():
-        by_result = {}
+        done = set(sql.complete_batch([(job.pk, job.lease_token, result) for job, result in jobs_results]))
+        release_keys([k for job, _ in jobs_results if job.pk in done for k in job.concurrency_keys])
         for job, result in jobs_results:
-            by_result.setdefault(_result_key(result), (result, []))[1].append(job)
-        for result, jobs in by_result.values():
-            guard = Q()
-            for job in jobs:
-                guard |= Q(pk=job.pk, lease_token=job.lease_token)
-            ids = list(
-                Job.objects.filter(guard, status=JobStatus.RUNNING).values_list("pk", flat=True)
-            )
-            Job.objects.filter(pk__in=ids).update(
-                status=JobStatus.SUCCESSFUL, result=result, progress=1.0, finished_at=Now(),
-                error="", error_code="", **_end_lease(),
-            )
-            done.extend(ids)
-        stuck = set(done)
-        release_keys([k for job, _ in jobs_results if job.pk in stuck for k in job.concurrency_keys])
-        for job, result in jobs_results:
-            if job.pk in stuck:
+            if job.pk in done:
                 _finished(job, JobStatus.SUCCESSFUL, result=result)
-    return done
-
-
-def _result_key(result):
-    import json
-
-    return json.dumps(result, sort_keys=True, default=str)
+    return list(done)
 
 
 def fail(job, *, error, code="error", exc=None, retry=True, delay_s=None):
@@ -578,6 +554,196 @@ def _notify_stop(job_id):
     wakeup.notify_stop(job_id)
 
 
+# Staff's ordering. Positions are whole numbers and ties fall back to age, so
+# putting a job right before another may need the jobs ahead of that one (at
+# its priority) to step forward one position each; a move renumbers at most
+# this many, which bounds its cost by how far forward it reaches.
+MOVE_RENUMBER_MAX = 1000
+
+
+def _ahead_q(job):
+    """READY jobs that claim order puts before `job` (the claim's keys, compared in order)."""
+    return (
+        Q(priority__gt=job.priority)
+        | Q(priority=job.priority, position__lt=job.position)
+        | Q(priority=job.priority, position=job.position, enqueued_at__lt=job.enqueued_at)
+        | Q(priority=job.priority, position=job.position, enqueued_at=job.enqueued_at, pk__lt=job.pk)
+    )
+
+
+def _behind_q(job):
+    return (
+        Q(priority__lt=job.priority)
+        | Q(priority=job.priority, position__gt=job.position)
+        | Q(priority=job.priority, position=job.position, enqueued_at__gt=job.enqueued_at)
+        | Q(priority=job.priority, position=job.position, enqueued_at=job.enqueued_at, pk__gt=job.pk)
+    )
+
+
+def _claim_key(job):
+    return (-job.priority, job.position, job.enqueued_at, job.pk)
+
+
+def _ready_in_order(queue, condition, *, reverse=False, limit=1):
+    """READY jobs of `queue` matching `condition`, in claim order, the first `limit`.
+
+    Asked of the claimable and the parked jobs separately, so each half is
+    read from its own partial index instead of scanning the whole table, then
+    merged by the claim's key.
+    """
+    order = [f"-{f}" if not f.startswith("-") else f[1:] for f in CLAIM_ORDER] if reverse else CLAIM_ORDER
+    fields = ("pk", "queue", "priority", "position", "enqueued_at")
+    rows = []
+    for parked in (False, True):
+        rows.extend(
+            Job.objects.filter(condition, queue=queue, status=JobStatus.READY,
+                               blocked_key__isnull=not parked)
+            .order_by(*order).only(*fields)[:limit]
+        )
+    rows.sort(key=_claim_key, reverse=reverse)
+    return rows[:limit]
+
+
+def _neighbour(job, *, ahead):
+    rows = _ready_in_order(job.queue, (_ahead_q if ahead else _behind_q)(job) & ~Q(pk=job.pk),
+                           reverse=ahead)
+    return rows[0] if rows else None
+
+
+def _place_before(job, target):
+    """New positions that put `job` right before `target` in claim order, at target's priority.
+
+    The job takes `position - 1` of the target; the jobs of that priority
+    ahead of the target step forward only while they would otherwise sort
+    behind the job, nearest first, so their order among themselves holds and
+    nothing behind the target is touched. Returns {job id: new position}.
+    """
+    moves = {job.pk: target.position - 1}
+    bound = (target.position - 1, job.enqueued_at, job.pk)
+    ahead = _ready_in_order(
+        target.queue, Q(priority=target.priority) & _ahead_q(target) & ~Q(pk=job.pk),
+        reverse=True, limit=MOVE_RENUMBER_MAX + 1,
+    )
+    for other in ahead:
+        if (other.position, other.enqueued_at, other.pk) < bound:
+            return moves
+        if len(moves) > MOVE_RENUMBER_MAX:
+            break
+        moves[other.pk] = bound[0] - 1
+        bound = (bound[0] - 1, other.enqueued_at, other.pk)
+    else:
+        return moves
+    raise IllegalTransition(
+        _("This job is too far back to move one place at a time; move it to the front "
+          "or change its priority instead.")
+    )
+
+
+def _move(job, how, *, actor, reason):
+    """Reorder a READY job (`how`: front, up, down); False when it already stands there."""
+    from django.db.models import Case, Value, When
+
+    with transaction.atomic():
+        # The guard and the neighbours are read in one transaction; a job
+        # claimed meanwhile fails the guarded UPDATEs below and is left alone.
+        current = Job.objects.filter(pk=job.pk, status=JobStatus.READY).first()
+        if current is None:
+            raise IllegalTransition(_("Only a queued job can be moved."))
+        if how == "down":
+            after = _neighbour(current, ahead=False)
+            if after is None:
+                return False
+            beyond = _neighbour(after, ahead=False)
+            if beyond is not None and beyond.priority == after.priority:
+                priority, moves = after.priority, _place_before(current, beyond)
+            else:  # `after` is the last of its priority: the job goes right behind it
+                priority, moves = after.priority, {current.pk: after.position + 1}
+        else:
+            if how == "front":
+                target = (_ready_in_order(current.queue, ~Q(pk=current.pk)) or [None])[0]
+                if target is not None and _claim_key(target) > _claim_key(current):
+                    target = None  # already first
+            else:
+                target = _neighbour(current, ahead=True)
+            if target is None:
+                return False
+            priority, moves = target.priority, _place_before(current, target)
+        position = moves.pop(current.pk)
+        if not Job.objects.filter(pk=current.pk, status=JobStatus.READY).update(
+            priority=priority, position=position
+        ):
+            raise IllegalTransition(_("Only a queued job can be moved."))
+        if moves:
+            Job.objects.filter(pk__in=list(moves), status=JobStatus.READY).update(
+                position=Case(*(When(pk=pk, then=Value(p)) for pk, p in moves.items()),
+                              default=F("position"))
+            )
+        _event(current.pk, JobEvent.Kind.MOVED, actor, reason, how=how, priority=priority,
+               position=position, was=[current.priority, current.position], renumbered=len(moves))
+    return True
+
+
+def move_to_front(job, *, actor=None, reason=""):
+    """READY: first in its queue's claim order (the top priority, a position before all of it)."""
+    return _move(job, "front", actor=actor, reason=reason)
+
+
+def move_up(job, *, actor=None, reason=""):
+    """READY: swap places with the job workers would take just before it (taking its priority)."""
+    return _move(job, "up", actor=actor, reason=reason)
+
+
+def move_down(job, *, actor=None, reason=""):
+    """READY: swap places with the job workers would take just after it (taking its priority)."""
+    return _move(job, "down", actor=actor, reason=reason)
+
+
+def set_priority_tier(job, priority, *, actor=None, reason=""):
+    """A live job joins priority `priority` in age order: its manual position is cleared."""
+    _check_priority(priority)
+    with transaction.atomic():
+        was = Job.objects.filter(pk=job.pk).values_list("priority", flat=True).first()
+        if not Job.objects.filter(pk=job.pk, status__in=LIVE_STATUSES).update(
+            priority=priority, position=0
+        ):
+            raise IllegalTransition(_("Only a live job's priority can change."))
+        _event(job.pk, JobEvent.Kind.PRIORITY, actor, reason, priority=priority, was=was)
+
+
+def retry_matching(queryset, *, actor=None, reason="", batch_size=500):
+    """Retry every FAILED job of `queryset`, one `retry()` each; returns (retried, skipped).
+
+    Walks the ids in primary-key batches, so a filter that matches millions of
+    jobs never loads them at once or holds one long transaction.
+    """
+    retried = skipped = 0
+    failed = queryset.filter(status=JobStatus.FAILED).order_by("pk").only("pk", "queue")
+    last = 0
+    while batch := list(failed.filter(pk__gt=last)[:batch_size]):
+        for job in batch:
+            try:
+                retry(job, actor=actor, reason=reason)
+                retried += 1
+            except IllegalTransition:
+                skipped += 1
+        last = batch[-1].pk
+    return retried, skipped
+
+
+def command_worker(worker, command, *, actor=None):
+    """Tell a live worker to stop claiming ("quiet") or to shut down gracefully ("stop").
+
+    The worker reads its command at its next heartbeat (JOBS_HEARTBEAT_SECONDS).
+    """
+    from jobs.models import Worker
+
+    if command not in (Worker.Command.QUIET, Worker.Command.STOP):
+        raise ValueError(_("A worker can be told to quiet or to stop, nothing else."))
+    if not Worker.objects.filter(pk=worker.pk, stopped_at__isnull=True).update(command=command):
+        raise IllegalTransition(_("That worker has already stopped."))
+    log.info("worker %s told to %s by %s", worker.name, command, actor or "nobody")
+
+
 # --- Recovery (the reaper, in every runworker) -----------------------------
 
 
@@ -687,6 +853,9 @@ def set_queue(name, **changes):
     from jobs.models import Queue
 
     Queue.objects.update_or_create(name=name, defaults=changes)
+    from jobs import claiming
+
+    claiming.forget_queue_settings()
     _notify(name)
 
 

@@ -3,18 +3,39 @@
 import json
 
 from django.db import connection
-from django.db.models.expressions import RawSQL
 
 
 def is_postgres():
     return connection.vendor == "postgresql"
 
 
-def json_append(column, value):
-    """`column` (a JSON list) with `value` appended, computed by the database."""
+def now():
+    """The database clock, as Django's Now() writes it (SQLite's CURRENT_TIMESTAMP has whole seconds)."""
+    return "STATEMENT_TIMESTAMP()" if is_postgres() else "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"
+
+
+def mark_running(ids, *, worker, token, lease_s):
+    """The claim's final step: the chosen jobs RUNNING under one new lease, by id."""
+    from jobs.models import Job
+
+    token = Job._meta.get_field("lease_token").get_db_prep_value(token, connection)
+    marks = ", ".join(["%s"] * len(ids))
     if is_postgres():
-        return RawSQL(f"{column} || %s::jsonb", [json.dumps([value])])
-    return RawSQL(f"json_insert({column}, '$[#]', %s)", [value])
+        expires = f"{now()} + %s * interval '1 second'"
+        append = "worker_ids || %s::jsonb"
+        params = [worker.pk, token, lease_s, json.dumps([worker.name]), *ids]
+    else:
+        expires = "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW', %s)"
+        append = "json_insert(worker_ids, '$[#]', %s)"
+        params = [worker.pk, token, f"+{lease_s} seconds", worker.name, *ids]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE jobs_job SET status = 'RUNNING', worker_id = %s, lease_token = %s, "
+            f"lease_expires_at = {expires}, attempts = attempts + 1, started_at = {now()}, "
+            f"updated_at = {now()}, stop_requested = '', blocked_key = NULL, "
+            f"worker_ids = {append} WHERE id IN ({marks})",
+            params,
+        )
 
 
 def has_key_condition(column="concurrency_keys"):
@@ -66,3 +87,35 @@ def lock_limits(keys):
             keys,
         )
         return dict(cursor.fetchall())
+
+
+def complete_batch(rows):
+    """Mark RUNNING jobs SUCCESSFUL in one statement; `rows` are (id, lease token, result).
+
+    Each row is guarded by its own token; returns the ids that matched (a job
+    whose lease was lost meanwhile is left alone).
+    """
+    from jobs.models import Job
+
+    token_field = Job._meta.get_field("lease_token")
+    params, values = [], []
+    jsonb = "::jsonb" if is_postgres() else ""
+    uuid_cast = "::uuid" if is_postgres() else ""
+    for job_id, token, result in rows:
+        values.append("(%s, %s, %s)")
+        params += [job_id, token_field.get_db_prep_value(token, connection),
+                   None if result is None else json.dumps(result)]
+    statement = (
+        f"WITH v(id, token, result) AS (VALUES {', '.join(values)}) "
+        "UPDATE jobs_job SET status = 'SUCCESSFUL', "
+        f"result = (SELECT v.result{jsonb} FROM v WHERE v.id = jobs_job.id), "
+        f"progress = 1.0, finished_at = {now()}, updated_at = {now()}, "
+        "error = '', error_code = '', worker_id = NULL, lease_token = NULL, "
+        "lease_expires_at = NULL, blocked_key = NULL, stop_requested = '' "
+        f"WHERE status = 'RUNNING' AND EXISTS (SELECT 1 FROM v WHERE v.id = jobs_job.id "
+        f"AND v.token{uuid_cast} = jobs_job.lease_token) "
+        "RETURNING id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return [row[0] for row in cursor.fetchall()]

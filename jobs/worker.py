@@ -33,7 +33,7 @@ log = logging.getLogger("jobs.worker")
 class Running:
     """A job this worker holds: its row as claimed, its context, its thread."""
 
-    __slots__ = ("job", "ctx", "thread", "timeout_s", "released", "child")
+    __slots__ = ("job", "ctx", "thread", "timeout_s", "released", "child")  # thread: its executor
 
     def __init__(self, job, ctx, timeout_s):
         self.job = job
@@ -45,7 +45,7 @@ class Running:
 
 
 class Worker:
-    def __init__(self, *, queues=None, concurrency=4, burst=False, max_jobs=None,
+    def __init__(self, *, queues=None, concurrency=10, burst=False, max_jobs=None,
                  name=None, kinds=None):
         self.queues = list(queues) if queues else registry.queues()
         self.concurrency = concurrency
@@ -65,6 +65,9 @@ class Worker:
         self.claimed_total = 0
         self.quiet = False
         self.monitor = None  # watches redis-mode jobs, started with the first one
+        self.tasks = queue_module.SimpleQueue()  # (entry, target) for executor threads
+        self.executors = []
+        self.idle_executors = 0
 
     # --- life -------------------------------------------------------------
 
@@ -116,6 +119,12 @@ class Worker:
         free = self.free_slots()
         if self.quiet or free <= 0:
             return []
+        if free < self.concurrency // 2 and self.running:
+            # Busy: give a few more completions a moment to arrive, so one
+            # claim and one flush serve a batch instead of a job or two.
+            self.wake.wait(0.002)
+            self.flush_completions()
+            free = self.free_slots()
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.claimed_total)
             if free <= 0:
@@ -173,8 +182,42 @@ class Worker:
             from jobs import process_mode
 
             target = process_mode.runner(self)
-        entry.thread = threading.Thread(target=target, args=(entry,), name=f"job-{job.pk}", daemon=True)
-        entry.thread.start()
+        self.dispatch(entry, target)
+
+    def dispatch(self, entry, target):
+        """Hand a job to an idle executor thread, or start one.
+
+        Executor threads live as long as the worker, so each keeps its
+        database connection across jobs; there are `concurrency` of them, plus
+        one for each timed-out handler that never returned.
+        """
+        with self.lock:
+            spawn = self.idle_executors == 0
+            if not spawn:
+                self.idle_executors -= 1
+        self.tasks.put((entry, target))
+        if spawn:
+            thread = threading.Thread(target=self.executor_loop, name="haulage-executor", daemon=True)
+            self.executors.append(thread)
+            thread.start()
+
+    def executor_loop(self):
+        try:
+            while (item := self.tasks.get()) is not None:
+                entry, target = item
+                entry.thread = threading.current_thread()
+                try:
+                    target(entry)
+                except Exception:  # noqa: BLE001 - one bad job never kills an executor
+                    log.exception("job %s crashed its executor", entry.job.pk)
+                    self.release(entry)
+                finally:
+                    # Keep a healthy connection for the next job; drop a broken one.
+                    connection.close_if_unusable_or_obsolete()
+                with self.lock:
+                    self.idle_executors += 1
+        finally:
+            connection.close()
 
     def cv_monitor(self):
         if self.monitor is None:
@@ -186,18 +229,13 @@ class Worker:
 
     def run_inline(self, entry):
         job, ctx = entry.job, entry.ctx
-        try:
-            outcome, value = execution.run_handler(job, ctx)
-            if outcome == "ok" and ctx.stop_reason is None:
-                self.completions.put((entry, value))  # recorded in a batch by the main loop
-                self.wake.set()
-                return
-            execution.guarded(execution.settle, job, ctx, outcome, value)
-            self.release(entry)
-        finally:
-            # A thread per job means a connection per job that touched the
-            # database; close it rather than leak it.
-            connection.close()
+        outcome, value = execution.run_handler(job, ctx)
+        if outcome == "ok" and ctx.stop_reason is None:
+            self.completions.put((entry, value))  # recorded in a batch by the main loop
+            self.wake.set()
+            return
+        execution.guarded(execution.settle, job, ctx, outcome, value)
+        self.release(entry)
 
     def flush_completions(self):
         batch = []
@@ -334,15 +372,21 @@ class Worker:
         # and requeue their own jobs; then requeue whatever is still ours.
         settle_s = 1.0 if self.hurry.is_set() else max(5.0, conf.JOBS_KILL_GRACE_SECONDS + 2)
         until = time.monotonic() + settle_s
-        for entry in left:
-            if entry.thread is not None:
-                entry.thread.join(max(0.0, until - time.monotonic()))
+        while time.monotonic() < until:
+            with self.lock:
+                if not any(self.running.get(e.job.pk) is e for e in left):
+                    break
+            time.sleep(0.05)
         self.flush_completions()
         for entry in left:
             execution.guarded(services.requeue, entry.job,
                               reason=execution.STOP_MESSAGES["shutdown"])
         if self.monitor is not None:
             self.monitor.hand_back_all()
+        for _thread in self.executors:
+            self.tasks.put(None)  # each idle executor closes its connection and ends
+        for thread in self.executors:
+            thread.join(0.5)
 
     # --- registration and the database ------------------------------------------
 

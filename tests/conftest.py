@@ -107,3 +107,11 @@ def run_worker(fast_engine):
         return worker
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _fresh_queue_settings():
+    """Each test starts without queue settings cached by an earlier one."""
+    from jobs import claiming
+
+    claiming.forget_queue_settings()

@@ -58,10 +58,10 @@ def test_future_run_after_and_other_queues_and_unknown_kinds_are_not_claimed():
 def test_a_paused_queue_is_not_claimed_and_a_global_limit_holds():
     for _ in range(5):
         services.enqueue("tests.noop", {})
-    Queue.objects.create(name="default", paused=True)
+    services.set_queue("default", paused=True)
     worker = make_worker()
     assert claim(worker) == []
-    Queue.objects.filter(name="default").update(paused=False, concurrency=2)
+    services.set_queue("default", paused=False, concurrency=2)
     assert len(claim(worker)) == 2
     assert claim(worker) == []  # two running: the limit is reached
 
@@ -69,7 +69,7 @@ def test_a_paused_queue_is_not_claimed_and_a_global_limit_holds():
 def test_a_gap_between_starts_allows_one_start_per_gap():
     for _ in range(3):
         services.enqueue("tests.noop", {})
-    Queue.objects.create(name="default", gap_seconds=60)
+    services.set_queue("default", gap_seconds=60)
     worker = make_worker()
     assert len(claim(worker)) == 1
     assert claim(worker) == []

@@ -29,9 +29,9 @@ def test_reasons_for_waiting():
     assert selectors.standing(job).reason == "no_worker"
     live_worker()
     assert selectors.standing(job).reason == "queued"
-    Queue.objects.create(name="default", paused=True)
+    services.set_queue("default", paused=True)
     assert selectors.standing(job).reason == "queue_paused"
-    Queue.objects.filter(name="default").update(paused=False)
+    services.set_queue("default", paused=False)
     later = services.enqueue("tests.noop", {}, run_after=timezone.now() + timezone.timedelta(minutes=5))
     assert selectors.standing(later).reason == "scheduled"
 
@@ -49,7 +49,7 @@ def test_a_busy_key_is_named_in_words_the_app_chose():
 
 def test_a_queue_at_its_global_limit_says_so():
     worker = live_worker()
-    Queue.objects.create(name="default", concurrency=1)
+    services.set_queue("default", concurrency=1)
     services.enqueue("tests.noop", {})
     waiting = services.enqueue("tests.noop", {})
     claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=5)

@@ -17,8 +17,9 @@ class Command(BaseCommand):
         parser.add_argument("--queues", default="",
                             help="comma-separated queues to serve, in order "
                                  "(default: every queue a registered kind uses)")
-        parser.add_argument("--concurrency", type=int, default=4,
-                            help="jobs run at once by this process (default: 4)")
+        parser.add_argument("--concurrency", type=int, default=10,
+                            help="jobs run at once by this process (default: 10); per-user and "
+                                 "per-queue limits still apply")
         parser.add_argument("--burst", action="store_true",
                             help="exit once nothing is claimable and nothing is running")
         parser.add_argument("--max-jobs", type=int, default=None,
