@@ -242,3 +242,19 @@ def test_two_claimers_released_together_never_exceed_a_limit_of_one():
         assert len(running) == len(set(running))
         for job in got:
             services.complete(job)
+
+
+def test_the_hot_path_spends_a_fixed_number_of_queries_per_batch(django_assert_max_num_queries):
+    services.enqueue_many([("tests.noop", {}, {}) for _ in range(50)])
+    worker = make_worker()
+    claim(worker, limit=1)  # compiles and caches the candidate query's shape
+    # Candidates and one UPDATE for the whole batch (queue settings are cached),
+    # inside a savepoint here because the test itself runs in a transaction.
+    with django_assert_max_num_queries(4):
+        batch = claim(worker, limit=20)
+    assert len(batch) == 20
+    # One guarded UPDATE completes the whole batch, whatever its size (plus the savepoint).
+    with django_assert_max_num_queries(3):
+        done = services.complete_many([(job, None) for job in batch])
+    assert sorted(done) == sorted(job.pk for job in batch)
+    assert Job.objects.filter(status=JobStatus.SUCCESSFUL).count() == 20
