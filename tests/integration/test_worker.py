@@ -120,3 +120,21 @@ def test_graceful_stop_requeues_a_running_job_once(fast_engine):
     row = Job.objects.get(pk=job.pk)
     assert row.status == JobStatus.READY and row.attempts == 0
     assert list(row.events.values_list("kind", flat=True)) == ["requeued"]
+
+
+@pytest.mark.postgres
+def test_an_idle_worker_wakes_on_notify_not_at_the_next_poll(fast_engine):
+    fast_engine.JOBS_POLL_SECONDS = 60  # a poll would take a minute; NOTIFY must not
+    worker, thread = start_background_worker(fast_engine)
+    try:
+        assert wait_for(lambda: WorkerRow.objects.filter(pk=getattr(worker.row, "pk", None)).exists())
+        time.sleep(1.5)  # idle now, waiting on its (long) poll
+        from jobs import wakeup
+
+        # Only PostgreSQL's NOTIFY may wake it, not this process's own event.
+        wakeup.unsubscribe(jobs=worker.wake, stop=worker.stop_check)
+        job = services.enqueue("tests.echo", {})
+        assert wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCESSFUL, timeout=10)
+    finally:
+        worker.request_stop()
+        thread.join(15)
