@@ -16,7 +16,7 @@ from jobs.transport import CVConfig, Transport
 from tests.cv_handlers import WARMUP_MARKER_ENV, WARMUP_S_ENV
 from tests.integration.test_transport import RedisServer, ledger_lines, states, wait_for
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.dbless]
 
 ROOT = Path(__file__).resolve().parents[2]
 HEARTBEAT_TTL_S = 1.5

@@ -18,6 +18,9 @@ from jobs import childside
 from jobs.supervisor import Child, Limits, StopReason, WatchSettings, stop_all, watch
 from tests.supervisor_children import ROOT, argv
 
+# Nothing here depends on the database: the SQLite pass skips it.
+pytestmark = pytest.mark.dbless
+
 # Scheduling allowance on a loaded two-core machine; never a speed claim.
 SLACK_S = 1.0
 

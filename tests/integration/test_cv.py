@@ -14,6 +14,9 @@ import pytest
 
 from downloads import cv, cvresults
 
+# Nothing here depends on the database: the SQLite pass skips it.
+pytestmark = pytest.mark.dbless
+
 FPS = 25
 CUTS_S = (5, 10, 15)
 

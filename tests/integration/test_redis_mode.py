@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from jobs import redisconn, services
-from jobs.models import Job, JobStatus
+from jobs.models import JobStatus
 from tests.acceptance.conftest import ROOT
 from tests.servers import database_url
 

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs import claiming, selectors, services
-from jobs.models import Job, JobStatus, Queue, Worker
+from jobs.models import Job, JobStatus, Worker
 
 pytestmark = pytest.mark.django_db
 

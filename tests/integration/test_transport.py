@@ -23,7 +23,7 @@ from jobs.transport import (
 from tests import cv_handlers  # noqa: F401 - registers the test handlers
 from tests.servers import need
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.dbless]
 
 # Short enough that a dead worker is noticed within a test's patience.
 FAST = dict(heartbeat_ttl_s=2, heartbeat_interval_s=0.5, shutdown_grace_s=1)

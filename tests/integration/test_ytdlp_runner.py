@@ -23,6 +23,9 @@ from downloads.errors import (
 from tests import media
 from tests.origin import Origin
 
+# Nothing here depends on the database: the SQLite pass skips it.
+pytestmark = pytest.mark.dbless
+
 MB = 1024 * 1024
 
 

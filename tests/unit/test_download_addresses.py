@@ -2,8 +2,8 @@ import pytest
 from django.test import override_settings
 from django.utils.functional import Promise
 
-from downloads.egress import EgressPolicy
 from downloads.addresses import InvalidURL, normalise_url, validate_url
+from downloads.egress import EgressPolicy
 
 PUBLIC_ONLY = EgressPolicy()
 
