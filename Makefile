@@ -22,6 +22,15 @@ run: venv
 test: venv
 	$(PY) -m tests.services -- scripts/run-tests
 
+bench: venv
+	$(PY) bench/run.py
+
+bench-peers: venv
+	scripts/bench-peers
+
+chaos: venv
+	scripts/chaos
+
 lint: venv
 	$(VENV)/bin/ruff check .
 
