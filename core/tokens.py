@@ -25,7 +25,8 @@ class BearerTokenMiddleware:
 
     def __call__(self, request):
         header = request.headers.get("Authorization", "")
-        if not header.lower().startswith("bearer "):
+        # /metrics checks its own scrape token (METRICS_TOKEN), not a user's.
+        if not header.lower().startswith("bearer ") or request.path_info == "/metrics":
             return self.get_response(request)
         raw = header[7:].strip()
         token = (

@@ -1,36 +1,615 @@
-from django.contrib import admin
+"""The queue's control room in Django's admin.
 
-from jobs.models import ConcurrencyLimit, Job, JobEvent, Queue, Worker
+Every action narrows the selection to the states where it is legal and calls
+the service (jobs/services.py) once per job: the admin never writes a status
+itself, and each action is recorded as a JobEvent with who and why. Each
+family of actions has its own permission (see Job.Meta.permissions), so
+staff with `view_job` alone see everything and change nothing.
+
+The pages that are not a model's list (up next, queues, workers) live in
+jobs/admin_views.py and are routed here, under the Job admin.
+"""
+
+import re
+import uuid
+from dataclasses import dataclass
+from functools import cached_property, update_wrapper
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import ActionLocation
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import models
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.utils.translation import gettext, ngettext, ngettext_lazy
+from django.utils.translation import gettext_lazy as _
+
+from jobs import admin_views, claiming, registry, selectors, services
+from jobs.exceptions import IllegalTransition, InvalidPriority
+from jobs.models import (
+    CLAIM_ORDER,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    ConcurrencyLimit,
+    Job,
+    JobStatus,
+    Queue,
+    Worker,
+)
+
+# --- Redaction ----------------------------------------------------------------
+
+SECRET_KEY_PATTERN = re.compile(r"token|secret|password|key|cookie|authorization", re.IGNORECASE)
+REDACTED = "[redacted]"
 
 
-class JobEventInline(admin.TabularInline):
-    model = JobEvent
-    extra = 0
-    can_delete = False
-    readonly_fields = ["at", "kind", "actor", "reason", "attempt", "data"]
+def redact(value):
+    """`value` with the values under secret-looking keys replaced, at any depth."""
+    if isinstance(value, dict):
+        return {k: REDACTED if SECRET_KEY_PATTERN.search(str(k)) else redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(item) for item in value]
+    return value
+
+
+# --- Links to the domain object a job works for -----------------------------------
+
+_job_links = {}  # kind prefix -> resolver(job) -> model instance or None
+
+
+def register_job_link(kind_prefix, resolver):
+    """Show the object a job works for on its admin page.
+
+    `resolver(job)` returns a model instance (linked to its admin page when it
+    has one) or None; the longest prefix matching the job's kind is used:
+
+        register_job_link("downloads.", lambda job: Download.objects.filter(job=job).first())
+    """
+    _job_links[kind_prefix] = resolver
+
+
+def linked_object(job):
+    prefixes = sorted((p for p in _job_links if job.kind.startswith(p)), key=len, reverse=True)
+    return _job_links[prefixes[0]](job) if prefixes else None
+
+
+def admin_link(obj):
+    """HTML for `obj`: a link to its admin page when its model has one, else its name."""
+    if obj is None:
+        return "—"
+    opts = obj._meta
+    label = str(obj)
+    if admin.site.is_registered(type(obj)):
+        try:
+            url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+        except NoReverseMatch:
+            pass
+        else:
+            return format_html('<a href="{}">{}</a>', url, label)
+    return format_html("{}", label)
+
+
+# --- Actions ----------------------------------------------------------------------------
+
+PRIORITY_TIERS = [
+    (100, _("Urgent (100)")),
+    (50, _("High (50)")),
+    (10, _("Interactive (10)")),
+    (0, _("Normal (0)")),
+    (-10, _("Prefetch (-10)")),
+    (-50, _("Low (-50)")),
+    (-100, _("Background (-100)")),
+]
+_REVERSED_ORDER = tuple(f[1:] if f.startswith("-") else f"-{f}" for f in CLAIM_ORDER)
+
+
+@dataclass(frozen=True)
+class JobAction:
+    """One thing staff can do to jobs: which states allow it, who may, and the service it calls."""
+
+    name: str
+    label: str
+    permission: str  # a Job permission codename (Job.Meta.permissions)
+    legal: tuple
+    service: object
+    done: object  # ngettext_lazy(singular, plural, "n"): what changed, for %(n)d jobs
+    order: tuple = ("pk",)  # the order a bulk use goes through the jobs in
+    needs_priority: bool = False
+
+    def run(self, job, *, actor, reason, priority=None):
+        """True when the job changed; False when it already stood where asked."""
+        if self.needs_priority:
+            return self.service(job, priority, actor=actor, reason=reason) is not False
+        return self.service(job, actor=actor, reason=reason) is not False
+
+
+READY_ONLY = (JobStatus.READY,)
+LIVE = (JobStatus.READY, JobStatus.RUNNING, JobStatus.PAUSED)
+ACTIONS = {
+    action.name: action
+    for action in [
+        # Moving to the front goes back to front, so a selection keeps its own order.
+        JobAction("move_to_front", _("Move to front"), "can_reorder", READY_ONLY, services.move_to_front,
+                  ngettext_lazy("Moved %(n)d job to the front.", "Moved %(n)d jobs to the front.", "n"),
+                  order=_REVERSED_ORDER),
+        JobAction("move_up", _("Move up"), "can_reorder", READY_ONLY, services.move_up,
+                  ngettext_lazy("Moved %(n)d job up.", "Moved %(n)d jobs up.", "n"),
+                  order=CLAIM_ORDER),
+        JobAction("move_down", _("Move down"), "can_reorder", READY_ONLY, services.move_down,
+                  ngettext_lazy("Moved %(n)d job down.", "Moved %(n)d jobs down.", "n"),
+                  order=_REVERSED_ORDER),
+        JobAction("set_priority_tier", _("Set priority tier"), "can_reorder", LIVE,
+                  services.set_priority_tier,
+                  ngettext_lazy("Changed the priority of %(n)d job.",
+                                "Changed the priority of %(n)d jobs.", "n"),
+                  needs_priority=True),
+        JobAction("retry", _("Retry"), "can_retry", (JobStatus.FAILED, JobStatus.CANCELLED),
+                  services.retry, ngettext_lazy("Retried %(n)d job.", "Retried %(n)d jobs.", "n")),
+        JobAction("cancel", _("Cancel"), "can_cancel", LIVE, services.cancel,
+                  ngettext_lazy("Cancelled %(n)d job (a running one stops at its next check).",
+                                "Cancelled %(n)d jobs (running ones stop at their next check).",
+                                "n")),
+        JobAction("pause", _("Pause"), "can_pause", (JobStatus.READY, JobStatus.RUNNING),
+                  services.pause, ngettext_lazy("Paused %(n)d job.", "Paused %(n)d jobs.", "n")),
+        JobAction("resume", _("Resume"), "can_pause", (JobStatus.PAUSED,), services.resume,
+                  ngettext_lazy("Resumed %(n)d job.", "Resumed %(n)d jobs.", "n")),
+    ]
+}
+
+
+def perform(action, queryset, *, actor, reason="", priority=None):
+    """Apply `action` to every job of `queryset` where it is legal; returns (changed, skipped)."""
+    selected = queryset.count()
+    # Ids first, rows in batches: no cursor stays open while the services
+    # write (SQLite has no isolation between the two on one connection).
+    ids = list(queryset.filter(status__in=action.legal).order_by(*action.order)
+               .values_list("pk", flat=True))
+    changed = 0
+    for start in range(0, len(ids), 500):
+        batch = Job.objects.in_bulk(ids[start:start + 500])
+        for pk in ids[start:start + 500]:
+            if pk not in batch:
+                continue  # deleted meanwhile
+            try:
+                changed += action.run(batch[pk], actor=actor, reason=reason, priority=priority)
+            except IllegalTransition:
+                pass  # its state changed meanwhile: counted as skipped
+    return changed, selected - changed
+
+
+def report(request, action, changed, skipped):
+    parts = [action.done % {"n": changed}]
+    if skipped:
+        parts.append(ngettext("Skipped %(n)d job: its state does not allow it, or it is already there.",
+                              "Skipped %(n)d jobs: their state does not allow it, or they are "
+                              "already there.", skipped) % {"n": skipped})
+    messages.add_message(request, messages.SUCCESS if changed or not skipped else messages.WARNING,
+                         " ".join(parts))
+
+
+class ActionOptionsForm(forms.Form):
+    reason = forms.CharField(label=_("Reason (optional, shown in each job's timeline)"),
+                             required=False, max_length=500)
+    priority = forms.TypedChoiceField(label=_("Priority tier"), choices=PRIORITY_TIERS, coerce=int,
+                                      required=False, empty_value=None)
+
+
+def safe_next(request, fallback):
+    target = request.POST.get("next") or request.GET.get("next")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                                  require_https=request.is_secure()):
+        return target
+    return fallback
+
+
+def _admin_action(action):
+    def run(modeladmin, request, queryset):
+        return modeladmin.run_bulk(request, queryset, action)
+
+    run.__name__ = action.name
+    return admin.action(description=action.label, permissions=[action.permission[4:]])(run)
+
+
+# --- The job list and page ---------------------------------------------------------
+
+COUNT_CAP = 10_000
+
+
+class CappedPaginator(Paginator):
+    """Counts at most COUNT_CAP rows: a COUNT(*) over millions of finished jobs would
+    make every page of the list slow. Past the cap, the last pages are not linked."""
+
+    @cached_property
+    def count(self):
+        return self.object_list.order_by()[:COUNT_CAP].count()
+
+
+class QueueFilter(admin.SimpleListFilter):
+    title = _("queue")
+    parameter_name = "queue"
+
+    def lookups(self, request, model_admin):
+        # From settings and registered kinds: a DISTINCT over the table would scan it.
+        return [(name, name) for name in selectors.queue_names()]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+class KindFilter(admin.SimpleListFilter):
+    title = _("kind")
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in registry.names()]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(kind=self.value()) if self.value() else queryset
 
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "kind", "queue", "status", "priority", "position", "owner", "attempts",
-                    "enqueued_at", "error_code"]
-    list_filter = ["status", "queue", "kind"]
-    search_fields = ["kind", "unique_key", "public_id"]
-    raw_id_fields = ["owner", "worker"]
-    inlines = [JobEventInline]
+    list_display = ["id", "kind", "queue", "status_badge", "priority", "owner", "attempts_display",
+                    "progress_display", "enqueued_at", "finished_at", "error_summary"]
+    list_display_links = ["id", "kind"]
+    list_filter = ["status", QueueFilter, KindFilter]
+    list_select_related = ["owner"]
+    search_fields = ["kind"]  # see get_search_results
+    search_help_text = _("A job's number, its public id, its unique key, or the start of a kind.")
+    ordering = ["-id"]
+    paginator = CappedPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # a count per filter choice would scan the table
+    actions = [_admin_action(action) for action in ACTIONS.values()]
+    fieldsets = [
+        (None, {"fields": ["public_id", "kind", "queue", "status_badge", "standing_display", "priority",
+                           "position", "owner_link", "linked_display", "unique_key", "fingerprint",
+                           "concurrency_keys", "blocked_key", "stop_requested"]}),
+        (_("Attempts"), {"fields": ["attempts_display", "run_after", "worker_link", "worker_ids",
+                                    "lease_expires_at"]}),
+        (_("Progress"), {"fields": ["progress_display", "phase", "progress_message", "progress_at"]}),
+        (_("Times"), {"fields": ["enqueued_at", "started_at", "finished_at", "durations_display",
+                                 "updated_at"]}),
+        (_("Payload and result"), {"fields": ["payload_display", "result_display"]}),
+        (_("Error"), {"fields": ["error_code", "error"]}),
+    ]
+
+    # --- permissions: jobs are never edited as a form; actions have their own ---
+
+    def has_add_permission(self, request):
+        return False  # jobs are enqueued by code, with validation
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a status changes only through a service (the actions)
+
+    def has_delete_permission(self, request, obj=None):
+        # Deleting a live job would leave its concurrency slots to the safety net; prune instead.
+        return super().has_delete_permission(request, obj) and (obj is None or obj.is_finished)
+
+    def _has(self, request, codename):
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def has_retry_permission(self, request):
+        return self._has(request, "can_retry")
+
+    def has_reorder_permission(self, request):
+        return self._has(request, "can_reorder")
+
+    def has_cancel_permission(self, request):
+        return self._has(request, "can_cancel")
+
+    def has_pause_permission(self, request):
+        return self._has(request, "can_pause")
+
+    def has_manage_queues_permission(self, request):
+        return self._has(request, "can_manage_queues")
+
+    def has_manage_workers_permission(self, request):
+        return self._has(request, "can_manage_workers")
+
+    def allowed_actions(self, request, job=None):
+        """The actions this user may take (on `job`, if given: only those its state allows)."""
+        return [a for a in ACTIONS.values()
+                if self._has(request, a.permission) and (job is None or job.status in a.legal)]
+
+    def get_actions(self, request, action_location=ActionLocation.CHANGE_LIST):
+        actions = super().get_actions(request, action_location=action_location)
+        actions.pop("delete_selected", None)  # it would delete live jobs; prunejobs deletes history
+        return actions
+
+    # --- the list ---
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if term.isdigit():
+            return queryset.filter(pk=int(term)), False
+        try:
+            return queryset.filter(public_id=uuid.UUID(term)), False
+        except ValueError:
+            pass
+        return queryset.filter(models.Q(unique_key=term) | models.Q(kind__startswith=term)), False
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_badge(self, job):
+        note = {"cancel": gettext(" (cancelling)"), "pause": gettext(" (pausing)")}.get(
+            job.stop_requested, "")
+        return format_html('<span class="job-status job-status-{}">{}{}</span>', job.status.lower(),
+                           job.get_status_display(), note)
+
+    @admin.display(description=_("attempts"))
+    def attempts_display(self, job):
+        return f"{job.attempts} / {job.max_attempts}"
+
+    @admin.display(description=_("progress"))
+    def progress_display(self, job):
+        if job.progress is None:
+            return "—"
+        return format_html("{}%{}", round(job.progress * 100),
+                           format_html(" · {}", job.phase) if job.phase else "")
+
+    @admin.display(description=_("error"))
+    def error_summary(self, job):
+        if not job.error:
+            return ""
+        text = job.error if len(job.error) <= 120 else job.error[:119] + "…"
+        return format_html('<span class="job-error" title="{}">{}</span>', job.error_code, text)
+
+    # --- the job's page ---
+
+    @admin.display(description=_("standing"))
+    def standing_display(self, job):
+        if job.is_finished:
+            return "—"
+        standing = selectors.standing(job)
+        if standing.position is not None:
+            return format_html("#{} · {}", standing.position, standing.message)
+        return standing.message
+
+    @admin.display(description=_("owner"))
+    def owner_link(self, job):
+        return admin_link(job.owner)
+
+    @admin.display(description=_("works for"))
+    def linked_display(self, job):
+        return admin_link(linked_object(job))
+
+    @admin.display(description=_("worker"))
+    def worker_link(self, job):
+        if job.worker is None:
+            return "—"
+        url = reverse("admin:jobs_job_workers")
+        return format_html('<a href="{}">{}</a>', url, job.worker.name)
+
+    @admin.display(description=_("durations"))
+    def durations_display(self, job):
+        return format_html_join(" · ", "{}: {}", admin_views.durations(job))
+
+    @admin.display(description=_("payload (secrets redacted)"))
+    def payload_display(self, job):
+        return format_html("<pre class=\"job-json\">{}</pre>", admin_views.pretty(redact(job.payload)))
+
+    @admin.display(description=_("result (secrets redacted)"))
+    def result_display(self, job):
+        if job.result is None:
+            return "—"
+        return format_html("<pre class=\"job-json\">{}</pre>", admin_views.pretty(redact(job.result)))
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        job = self.get_object(request, object_id)
+        extra = {}
+        if job is not None:
+            extra = {
+                "job": job,
+                "job_actions": self.allowed_actions(request, job),
+                "timeline": admin_views.timeline(job),
+                "attempt_errors": list(reversed(job.errors or [])),
+                "priority_tiers": PRIORITY_TIERS,
+                "up_next_url": f"{reverse('admin:jobs_job_up_next')}?{urlencode({'queue': job.queue})}",
+            }
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"can_retry": self.has_retry_permission(request)}
+        return super().changelist_view(request, {**extra, **(extra_context or {})})
+
+    # --- actions, in bulk (changelist) and one at a time (buttons) ---
+
+    def run_bulk(self, request, queryset, action):
+        """The changelist's actions: a confirmation page first unless one job is selected."""
+        form = ActionOptionsForm(request.POST if "confirm" in request.POST else None)
+        many = queryset.count() > 1 or request.POST.get("select_across") == "1"
+        if form.is_bound and form.is_valid():
+            priority = form.cleaned_data.get("priority")
+            if action.needs_priority and priority is None:
+                form.add_error("priority", gettext("Choose a priority tier."))
+            else:
+                changed, skipped = perform(action, queryset, actor=request.user,
+                                           reason=form.cleaned_data["reason"], priority=priority)
+                report(request, action, changed, skipped)
+                return None
+        elif not many and not action.needs_priority:
+            changed, skipped = perform(action, queryset, actor=request.user)
+            report(request, action, changed, skipped)
+            return None
+        legal = queryset.filter(status__in=action.legal)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Are you sure?"),
+            "opts": self.opts,
+            "action": action,
+            "form": form,
+            "selected_count": queryset.count(),
+            "legal_count": legal.count(),
+            "sample": legal.order_by(*action.order)[:50],
+            "selected_ids": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across", "0"),
+        }
+        return TemplateResponse(request, "admin/jobs/job/action_confirmation.html", context)
+
+    def act_view(self, request, object_id, action_name):
+        """One action on one job, from a button (POST only, with CSRF, like every admin form)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        action = ACTIONS.get(action_name)
+        if action is None or not self._has(request, action.permission):
+            raise PermissionDenied
+        job = get_object_or_404(Job, pk=object_id)
+        back = safe_next(request, reverse("admin:jobs_job_change", args=[job.pk]))
+        form = ActionOptionsForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
+            return HttpResponseRedirect(back)
+        if action.needs_priority and form.cleaned_data["priority"] is None:
+            messages.error(request, gettext("Choose a priority tier from the list."))
+            return HttpResponseRedirect(back)
+        try:
+            changed = action.run(job, actor=request.user, reason=form.cleaned_data["reason"],
+                                 priority=form.cleaned_data["priority"])
+        except (IllegalTransition, InvalidPriority) as exc:
+            messages.warning(request, str(exc))
+        else:
+            report(request, action, int(changed), int(not changed))
+        return HttpResponseRedirect(back)
+
+    def retry_failed_view(self, request):
+        """Retry every FAILED job matching the list's current filters and search."""
+        if not (self.has_view_permission(request) and self.has_retry_permission(request)):
+            raise PermissionDenied
+        back = reverse("admin:jobs_job_changelist") + (f"?{request.GET.urlencode()}" if request.GET else "")
+        try:
+            changelist = self.get_changelist_instance(request)
+            matching = changelist.get_queryset(request)
+        except IncorrectLookupParameters:
+            return HttpResponseRedirect(back)  # the list itself explains what is wrong
+        form = ActionOptionsForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            retried, skipped = services.retry_matching(matching, actor=request.user,
+                                                       reason=form.cleaned_data["reason"])
+            report(request, ACTIONS["retry"], retried, skipped)
+            return HttpResponseRedirect(back)
+        failed = matching.filter(status=JobStatus.FAILED)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Retry failed jobs"),
+            "opts": self.opts,
+            "form": form,
+            "failed_count": failed.count(),
+            "sample": failed.order_by("pk")[:50],
+            "filters": changelist.get_filters_params(),
+            "search": changelist.query,
+            "back": back,
+        }
+        return TemplateResponse(request, "admin/jobs/job/retry_failed.html", context)
+
+    def get_urls(self):
+        def wrap(view):
+            def wrapper(*args, **kwargs):
+                return self.admin_site.admin_view(view)(*args, **kwargs)
+
+            wrapper.model_admin = self
+            return update_wrapper(wrapper, view)
+
+        def page(view):
+            return wrap(lambda request, *args, **kwargs: view(self, request, *args, **kwargs))
+
+        # Before the default routes: those end in a catch-all "<object_id>/".
+        return [
+            path("up-next/", page(admin_views.up_next), name="jobs_job_up_next"),
+            path("queues/", page(admin_views.queues), name="jobs_job_queues"),
+            path("queues/<path:name>/<str:operation>/", page(admin_views.queue_operation),
+                 name="jobs_job_queue_operation"),
+            path("workers/", page(admin_views.workers), name="jobs_job_workers"),
+            path("workers/<int:worker_id>/<str:command>/", page(admin_views.worker_command),
+                 name="jobs_job_worker_command"),
+            path("retry-failed/", wrap(self.retry_failed_view), name="jobs_job_retry_failed"),
+            path("<int:object_id>/do/<str:action_name>/", wrap(self.act_view), name="jobs_job_act"),
+            *super().get_urls(),
+        ]
+
+
+# --- Workers, queues and limits -------------------------------------------------------
 
 
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
-    list_display = ["name", "host", "pid", "role", "concurrency", "heartbeat_at", "stopped_at", "command"]
+    """Registered worker processes; the live view with quiet/stop is the Workers page."""
+
+    list_display = ["name", "role", "host", "pid", "concurrency", "started_at", "heartbeat_at",
+                    "stopped_at", "command"]
+    list_filter = ["role"]
+    search_fields = ["name", "host"]
+    ordering = ["stopped_at", "-heartbeat_at"]
+
+    def has_add_permission(self, request):
+        return False  # a worker registers itself
+
+    def has_change_permission(self, request, obj=None):
+        return False  # commands go through the Workers page, which records who sent them
+
+
+class QueueForm(forms.ModelForm):
+    class Meta:
+        model = Queue
+        fields = ["name", "paused", "concurrency", "gap_seconds"]
+
+    def clean_gap_seconds(self):
+        gap = self.cleaned_data["gap_seconds"]
+        if gap < 0:
+            raise forms.ValidationError(gettext("A gap cannot be negative."))
+        return gap
 
 
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
-    list_display = ["name", "paused", "concurrency", "gap_seconds"]
+    """Per-queue settings, changed for the whole fleet through `services.set_queue`."""
+
+    form = QueueForm
+    list_display = ["name", "paused", "concurrency", "gap_seconds", "last_started_at"]
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) or request.user.has_perm(
+            "jobs.can_manage_queues")
+
+    def has_add_permission(self, request):
+        return self.has_change_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # a queue's row is its settings; pausing is the way to stop it
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["name"] if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        # Through the service, which also wakes the queue's workers.
+        services.set_queue(obj.name, paused=obj.paused, concurrency=obj.concurrency,
+                           gap_seconds=obj.gap_seconds)
+        claiming.forget_queue_settings()
 
 
 @admin.register(ConcurrencyLimit)
 class ConcurrencyLimitAdmin(admin.ModelAdmin):
+    """How many running jobs may share a key; a change unparks waiting jobs at once."""
+
     list_display = ["key", "limit"]
     search_fields = ["key"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # jobs parked behind a key whose row vanished would never be unparked
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["key"] if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        services.set_limit(obj.key, obj.limit)
+
+
+__all__ = ["ACTIONS", "PRIORITY_MAX", "PRIORITY_MIN", "linked_object", "redact", "register_job_link"]

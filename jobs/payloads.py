@@ -9,16 +9,19 @@ from jobs import conf
 from jobs.exceptions import InvalidPayload
 
 
-def validate(payload):
-    """Return the payload's canonical JSON text, or raise InvalidPayload saying why."""
-    max_depth = conf.JOBS_MAX_PAYLOAD_DEPTH
+def validate(payload, *, max_depth=None, max_bytes=None):
+    """Return the payload's canonical JSON text, or raise InvalidPayload saying why.
+
+    Bulk callers pass the limits in, read once for the whole batch.
+    """
+    max_depth = conf.JOBS_MAX_PAYLOAD_DEPTH if max_depth is None else max_depth
     _walk(payload, depth=0, max_depth=max_depth)
     try:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(_("The payload is not JSON: %(error)s") % {"error": exc}) from None
-    limit = conf.JOBS_MAX_PAYLOAD_BYTES
-    if len(text.encode()) > limit:
+    limit = conf.JOBS_MAX_PAYLOAD_BYTES if max_bytes is None else max_bytes
+    if len(text) > limit and len(text.encode()) > limit:
         raise InvalidPayload(_("The payload is larger than %(limit)d bytes.") % {"limit": limit})
     return text
 

@@ -50,29 +50,44 @@ def _check_priority(priority):
         )
 
 
-def build_job(
-    kind,
-    payload=None,
-    *,
-    priority=None,
-    queue=None,
-    owner=None,
-    run_after=None,
-    unique_key=None,
-    fingerprint=None,
-    concurrency_keys=None,
-    max_attempts=None,
-    limits=None,
-):
+def build_job(kind, payload=None, **options):
     """A validated, unsaved Job; raises before anything is written.
 
     `limits` ({key: n}) gives keys that have no limit row yet their limit,
     instead of the kind's default.
     """
-    spec = registry.get(kind)
-    policy = spec.policy
+    spec = _resolve(kind, payload, **options)
+    limits = spec.pop("initial_limits")
+    spec.pop("payload_text")
+    job = Job(**spec)
+    job.initial_limits = limits
+    return job
+
+
+class _Spec(dict):
+    """A resolved job as plain values: what bulk enqueue writes without building models."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        self[name] = value
+
+
+def _resolve(kind, payload=None, *, priority=None, queue=None, owner=None, run_after=None,
+             unique_key=None, fingerprint=None, concurrency_keys=None, max_attempts=None,
+             limits=None, _limits=None):
+    """Validate a job and compute its policy-derived fields; nothing is written.
+
+    `_limits` carries settings read once by a bulk caller (payload limits,
+    default attempts), since reading settings costs more than the rest here.
+    """
+    policy = registry.get(kind).policy
     payload = {} if payload is None else payload
-    payloads.validate(payload)
+    text = payloads.validate(payload, **(_limits or {}).get("payload", {}))
     priority = policy.priority if priority is None else priority
     _check_priority(priority)
     if unique_key is None and policy.unique_key:
@@ -82,21 +97,23 @@ def build_job(
     if concurrency_keys is None:
         concurrency_keys = policy.concurrency_keys(payload, owner) if policy.concurrency_keys else []
     now = timezone.now()
-    job = Job(
+    return _Spec(
         kind=kind,
         queue=queue or policy.queue,
         payload=payload,
+        payload_text=text,
         priority=priority,
         owner=owner,
         unique_key=unique_key or None,
         fingerprint=fingerprint or "",
         concurrency_keys=sorted(set(concurrency_keys)),
-        max_attempts=max_attempts or policy.attempts_allowed(),
+        max_attempts=max_attempts or policy.max_attempts or (_limits or {}).get("attempts")
+        or policy.attempts_allowed(),
         run_after=max(run_after, now) if run_after else now,
         enqueued_at=now,
+        initial_limits=limits or {},
+        blocked_key=None,
     )
-    job.initial_limits = limits or {}
-    return job
 
 
 def _ensure_limits(jobs):
@@ -177,20 +194,26 @@ def _insert_or_promote(job):
 
 
 def enqueue_many(specs):
-    """Queue many jobs in one INSERT. `specs` are (kind, payload, options) tuples.
+    """Queue many jobs in one statement; `specs` are (kind, payload, options) tuples.
 
-    Unique jobs need the per-key upsert; send those through `enqueue()`.
+    Returns how many were queued. No model objects are built: at tens of
+    thousands of jobs a second their construction would cost more than the
+    insert. Unique jobs need the per-key upsert; send those through `enqueue()`.
     """
-    jobs = [build_job(kind, payload, **options) for kind, payload, options in specs]
+    read_once = {
+        "payload": {"max_depth": conf.JOBS_MAX_PAYLOAD_DEPTH, "max_bytes": conf.JOBS_MAX_PAYLOAD_BYTES},
+        "attempts": conf.JOBS_DEFAULT_MAX_ATTEMPTS,
+    }
+    jobs = [_resolve(kind, payload, **options, _limits=read_once) for kind, payload, options in specs]
     if any(job.unique_key for job in jobs):
         raise ValueError(_("Bulk enqueue takes jobs without a unique key; use enqueue() for those."))
     _ensure_limits(jobs)
     with transaction.atomic():
         _park_behind_full_keys(jobs)
-        created = Job.objects.bulk_create(jobs)
-    for queue in {job.queue for job in jobs}:
-        _notify(queue)
-    return created
+        sql.insert_many(jobs)
+        for queue in {job.queue for job in jobs}:
+            _notify(queue)
+    return len(jobs)
 
 
 def _park_behind_full_keys(jobs):
@@ -676,7 +699,7 @@ def _move(job, how, *, actor, reason):
         if moves:
             Job.objects.filter(pk__in=list(moves), status=JobStatus.READY).update(
                 position=Case(*(When(pk=pk, then=Value(p)) for pk, p in moves.items()),
-                              default=F("position"))
+                              default=F("position"), output_field=Job._meta.get_field("position"))
             )
         _event(current.pk, JobEvent.Kind.MOVED, actor, reason, how=how, priority=priority,
                position=position, was=[current.priority, current.position], renumbered=len(moves))
@@ -717,7 +740,8 @@ def retry_matching(queryset, *, actor=None, reason="", batch_size=500):
     jobs never loads them at once or holds one long transaction.
     """
     retried = skipped = 0
-    failed = queryset.filter(status=JobStatus.FAILED).order_by("pk").only("pk", "queue")
+    failed = (queryset.filter(status=JobStatus.FAILED).select_related(None).order_by("pk")
+              .only("pk", "queue"))
     last = 0
     while batch := list(failed.filter(pk__gt=last)[:batch_size]):
         for job in batch:

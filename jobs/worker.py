@@ -82,6 +82,8 @@ class Worker:
             self.cv_monitor()  # local mode: the embedded CV worker starts with the runworker
         beat = threading.Thread(target=self.heartbeat_loop, name="haulage-heartbeat", daemon=True)
         beat.start()
+        completer = threading.Thread(target=self.completer_loop, name="haulage-completer", daemon=True)
+        completer.start()
         if connection.vendor == "postgresql":
             wakeup.Listener(on_jobs=lambda _queue: self.wake.set(),
                             on_stop=lambda _id: self.stop_check.set(),
@@ -92,6 +94,8 @@ class Worker:
         finally:
             self.exited.set()
             wakeup.unsubscribe(jobs=self.wake, stop=self.stop_check)
+            self.completions.put(None)
+            completer.join(10)
             self.unregister()
             beat.join(5)
             connection.close()
@@ -100,7 +104,6 @@ class Worker:
     def main_loop(self):
         idle_claims = 0
         while not self.stopping.is_set():
-            self.flush_completions()
             claimed = self.claim_some()
             if claimed is None:  # the database is away: back off, then try again
                 self.stopping.wait(conf.JOBS_POLL_SECONDS)
@@ -120,10 +123,9 @@ class Worker:
         if self.quiet or free <= 0:
             return []
         if free < self.concurrency // 2 and self.running:
-            # Busy: give a few more completions a moment to arrive, so one
-            # claim and one flush serve a batch instead of a job or two.
+            # Busy: give a few more completions a moment to be recorded, so
+            # one claim serves a batch instead of a job or two.
             self.wake.wait(0.002)
-            self.flush_completions()
             free = self.free_slots()
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.claimed_total)
@@ -231,16 +233,32 @@ class Worker:
         job, ctx = entry.job, entry.ctx
         outcome, value = execution.run_handler(job, ctx)
         if outcome == "ok" and ctx.stop_reason is None:
-            self.completions.put((entry, value))  # recorded in a batch by the main loop
+            self.completions.put((entry, value))  # recorded in a batch by the completer
             self.wake.set()
             return
         execution.guarded(execution.settle, job, ctx, outcome, value)
         self.release(entry)
 
-    def flush_completions(self):
-        batch = []
+    def completer_loop(self):
+        """Record successes in batches, beside the main loop's claims.
+
+        Its own thread and connection, so claiming the next jobs and recording
+        the last ones overlap instead of taking turns.
+        """
+        try:
+            while (item := self.completions.get()) is not None:
+                self.flush_completions(first=item)
+        finally:
+            connection.close()
+
+    def flush_completions(self, first=None):
+        batch = [] if first is None else [first]
         while not self.completions.empty():
-            batch.append(self.completions.get())
+            item = self.completions.get()
+            if item is None:  # the stop sentinel: let the completer see it
+                self.completions.put(None)
+                break
+            batch.append(item)
         if not batch:
             return
         # Each was still RUNNING under our lease when its handler returned; the

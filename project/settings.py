@@ -101,6 +101,15 @@ TASKS = {
     }
 }
 
+# Starting settings of queues; staff edit them live afterwards (the Queue rows).
+JOBS_QUEUES = {
+    # One AI generation at a time across the deployment, with a gap between starts.
+    "insights": {
+        "concurrency": env.get_number("INSIGHTS_CONCURRENCY", 1, int, minimum=1),
+        "gap_seconds": env.get_number("INSIGHTS_GAP_SECONDS", 20.0, minimum=0),
+    },
+}
+
 # --- Redis (unset = embedded local mode) ----------------------------------
 REDIS_URL = env.get_redis_url("REDIS_URL")
 
@@ -144,12 +153,15 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
+LOG_LEVEL = env.get_str("LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.get_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "level": LOG_LEVEL}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # Django's own default would let its INFO lines (one per task started and
+    # finished) through whatever LOG_LEVEL says.
+    "loggers": {"django": {"level": LOG_LEVEL}, "django.db.backends": {"level": "INFO"}},
 }
 STATICFILES_DIRS = [BASE_DIR / "static"]

@@ -1,0 +1,1 @@
+"""Benchmarks: measured runs that print tables, not tests."""

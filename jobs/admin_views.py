@@ -1,0 +1,286 @@
+"""The admin's own pages: up next, queues and workers (routed by JobAdmin.get_urls).
+
+Each view takes the JobAdmin first; the admin site has already checked that
+the user is active staff, and each view checks the permission it needs. A
+request from htmx (the live refresh) gets the page's partial only.
+"""
+
+import heapq
+import json
+from datetime import timedelta
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from jobs import claiming, conf, metrics, selectors, services
+from jobs.exceptions import IllegalTransition
+from jobs.models import Job, JobStatus, Queue, Worker
+
+PER_PAGE = 200  # jobs listed on one page of "up next"
+COUNT_CAP = 100_000  # READY jobs counted at most, per queue and page view
+REFRESH_S = 5  # live refresh interval
+
+
+def _render(model_admin, request, template, context):
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    partial = f"admin/jobs/partials/{template}"
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "refresh_s": REFRESH_S,
+        "now": timezone.now(),
+        "partial": partial,
+        **context,
+    }
+    return TemplateResponse(request, partial if request.htmx else f"admin/jobs/{template}", context)
+
+
+# --- Up next -------------------------------------------------------------------------
+
+
+def _claim_key(job):
+    return (-job.priority, job.position, job.enqueued_at, job.pk)
+
+
+def ready_in_claim_order(queue, *, offset=0, limit=PER_PAGE):
+    """READY jobs of `queue`, in exactly the order workers take them, from `offset`.
+
+    Claimable and parked jobs are read separately (each from its partial index,
+    in CLAIM_ORDER) and merged by the same key: one query over all READY rows
+    would have no index to walk and would sort the queue on every refresh.
+    """
+    halves = [
+        Job.objects.filter(queue=queue, status=JobStatus.READY, blocked_key__isnull=parked)
+        .in_claim_order().select_related("owner")[: offset + limit]
+        for parked in (False, True)
+    ]
+    merged = heapq.merge(*halves, key=_claim_key)
+    return [job for i, job in enumerate(merged) if i >= offset][:limit]
+
+
+def ready_count(queue):
+    """READY jobs of `queue`, counted up to COUNT_CAP (each half through its partial index)."""
+    return sum(
+        Job.objects.filter(queue=queue, status=JobStatus.READY, blocked_key__isnull=parked)
+        .order_by()[:COUNT_CAP].count()
+        for parked in (False, True)
+    )
+
+
+def up_next(model_admin, request):
+    queues = sorted(selectors.queue_names(), key=lambda name: (name != "default", name))
+    queue = request.GET.get("queue") or (queues[0] if queues else "default")
+    if queue not in queues:
+        queues.append(queue)
+    try:
+        page = max(1, int(request.GET.get("page", 1)))
+    except ValueError:
+        page = 1
+    offset = (page - 1) * PER_PAGE
+    served = selectors.live_kinds()
+    jobs = ready_in_claim_order(queue, offset=offset, limit=PER_PAGE)
+    rows = [(offset + i, job, selectors.standing(job, served_kinds=served))
+            for i, job in enumerate(jobs, start=1)]
+    total = ready_count(queue)
+    running = (Job.objects.filter(queue=queue, status=JobStatus.RUNNING)
+               .select_related("owner", "worker").order_by("started_at", "pk")[:100])
+    allowed = {a.name for a in model_admin.allowed_actions(request)}
+    return _render(model_admin, request, "up_next.html", {
+        "title": _("Up next"),
+        "queue": queue,
+        "queues": queues,
+        "queue_row": Queue.objects.filter(name=queue).first(),
+        "rows": rows,
+        "running": running,
+        "total": total,
+        "total_capped": total >= COUNT_CAP,
+        "page": page,
+        "previous_page": page - 1 if page > 1 else None,
+        "next_page": page + 1 if offset + len(rows) < total else None,
+        "allowed": allowed,
+        "here": request.get_full_path(),
+    })
+
+
+# --- Queues ------------------------------------------------------------------------
+
+
+class QueueLimitsForm(forms.Form):
+    concurrency = forms.IntegerField(label=_("Global limit"), min_value=0, required=False,
+                                     help_text=_("Jobs of this queue running at once across all "
+                                                 "workers; empty for no limit."))
+    gap_seconds = forms.FloatField(label=_("Gap (seconds)"), min_value=0, required=False,
+                                   help_text=_("Least time between two job starts."))
+
+
+def queues(model_admin, request):
+    names = selectors.queue_names()
+    counts = metrics.state_counts(names)
+    counts = dict(sorted(counts.items(), key=lambda item: (item[0] != "default", item[0])))
+    rows = {row.name: row for row in Queue.objects.all()}
+    latency = metrics.queue_latencies()
+    serving = {}
+    cutoff = timezone.now() - timedelta(seconds=conf.JOBS_WORKER_DEAD_AFTER_SECONDS)
+    for served in Worker.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=cutoff).values_list(
+        "queues", flat=True
+    ):
+        for name in served:
+            serving[name] = serving.get(name, 0) + 1
+    table = []
+    for name, states in counts.items():
+        row = rows.get(name)
+        table.append({
+            "name": name,
+            "row": row,
+            "states": [(JobStatus(s).label, n, exact) for s, (n, exact) in states.items()],
+            "latency_s": latency.get(name),
+            "workers": serving.get(name, 0),
+            "form": QueueLimitsForm(initial={
+                "concurrency": row.concurrency if row else None,
+                "gap_seconds": row.gap_seconds if row else 0,
+            }, prefix=name),
+        })
+    return _render(model_admin, request, "queues.html", {
+        "title": _("Queues"),
+        "table": table,
+        "states": [label for _value, label in JobStatus.choices],
+        "can_manage": model_admin.has_manage_queues_permission(request),
+    })
+
+
+def queue_operation(model_admin, request, name, operation):
+    """POST: pause, resume, or set the limits of a queue, for the whole fleet."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not model_admin.has_manage_queues_permission(request):
+        raise PermissionDenied
+    back = reverse("admin:jobs_job_queues")
+    if operation in ("pause", "resume"):
+        changes = {"paused": operation == "pause"}
+        text = _("Paused the queue %(queue)s.") if operation == "pause" else _(
+            "Resumed the queue %(queue)s.")
+    elif operation == "limits":
+        form = QueueLimitsForm(request.POST, prefix=name)
+        if not form.is_valid():
+            messages.error(request, _("The limit and the gap must be numbers of zero or more."))
+            return HttpResponseRedirect(back)
+        changes = {"concurrency": form.cleaned_data["concurrency"],
+                   "gap_seconds": form.cleaned_data["gap_seconds"] or 0.0}
+        text = _("Changed the limits of the queue %(queue)s.")
+    else:
+        raise PermissionDenied
+    services.set_queue(name, **changes)
+    claiming.forget_queue_settings()  # this process's cache; workers see it within a second
+    model_admin.log_change(request, Queue.objects.get(name=name),
+                           [{"changed": {"fields": sorted(changes)}}])
+    messages.success(request, text % {"queue": name})
+    return HttpResponseRedirect(back)
+
+
+# --- Workers ---------------------------------------------------------------------------
+
+
+def workers(model_admin, request):
+    now = timezone.now()
+    recent = now - timedelta(hours=1)
+    listed = list(
+        Worker.objects.filter(stopped_at__isnull=True).order_by("role", "name")[:500]
+    ) + list(Worker.objects.filter(stopped_at__gte=recent).order_by("-stopped_at")[:50])
+    running = {}
+    for job in Job.objects.filter(status=JobStatus.RUNNING, worker__in=listed).order_by("pk").only(
+        "pk", "kind", "worker_id", "progress", "phase", "stop_requested"
+    ):
+        running.setdefault(job.worker_id, []).append(job)
+    dead_after = conf.JOBS_WORKER_DEAD_AFTER_SECONDS
+    rows = []
+    for worker in listed:
+        age = (now - worker.heartbeat_at).total_seconds()
+        rows.append({
+            "worker": worker,
+            "age_s": age,
+            "late": worker.stopped_at is None and age > dead_after,
+            "jobs": running.get(worker.pk, []),
+        })
+    return _render(model_admin, request, "workers.html", {
+        "title": _("Workers"),
+        "rows": rows,
+        "dead_after_s": dead_after,
+        "can_manage": model_admin.has_manage_workers_permission(request),
+    })
+
+
+def worker_command(model_admin, request, worker_id, command):
+    """POST: tell a worker to stop claiming ("quiet") or to shut down ("stop")."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not model_admin.has_manage_workers_permission(request):
+        raise PermissionDenied
+    worker = get_object_or_404(Worker, pk=worker_id)
+    try:
+        services.command_worker(worker, command, actor=request.user)
+    except (IllegalTransition, ValueError) as exc:
+        messages.warning(request, str(exc))
+    else:
+        model_admin.log_change(request, worker, [{"changed": {"fields": ["command"]}}])
+        messages.success(request, _("Told %(worker)s to %(command)s; it obeys at its next heartbeat.")
+                         % {"worker": worker.name, "command": Worker.Command(command).label})
+    return HttpResponseRedirect(reverse("admin:jobs_job_workers"))
+
+
+# --- Pieces of the job's page ------------------------------------------------------------
+
+
+def pretty(value):
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def seconds_text(seconds):
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return _("%(h)d h %(m)d min") % {"h": hours, "m": minutes}
+    if minutes:
+        return _("%(m)d min %(s)d s") % {"m": minutes, "s": secs}
+    return _("%(s)d s") % {"s": secs}
+
+
+def durations(job, now=None):
+    """[(label, text)] for how long the job waited, ran (its latest attempt) and took in all."""
+    now = now or timezone.now()
+    parts = []
+    if job.started_at:
+        parts.append((_("waited"), seconds_text((job.started_at - job.enqueued_at).total_seconds())))
+        end = job.finished_at or (now if job.status == JobStatus.RUNNING else None)
+        if end:
+            parts.append((_("ran"), seconds_text((end - job.started_at).total_seconds())))
+    end = job.finished_at or now
+    parts.append((_("in all") if job.finished_at else _("so far"),
+                  seconds_text((end - job.enqueued_at).total_seconds())))
+    return parts
+
+
+def timeline(job):
+    """The job's history, oldest first: its events (with who and why) and the times on its row."""
+    entries = [{"at": job.enqueued_at, "what": _("enqueued"), "actor": None, "reason": "",
+                "attempt": None, "data": ""}]
+    for event in job.events.select_related("actor"):
+        entries.append({"at": event.at, "what": event.get_kind_display(), "actor": event.actor,
+                        "reason": event.reason, "attempt": event.attempt or None,
+                        "data": json.dumps(event.data, sort_keys=True) if event.data else ""})
+    if job.started_at:
+        entries.append({"at": job.started_at, "what": _("latest attempt started"), "actor": None,
+                        "reason": "", "attempt": job.attempts or None, "data": ""})
+    if job.finished_at:
+        entries.append({"at": job.finished_at, "what": job.get_status_display(), "actor": None,
+                        "reason": job.error, "attempt": job.attempts or None, "data": ""})
+    entries.sort(key=lambda entry: entry["at"])
+    return entries

@@ -1,0 +1,289 @@
+"""What the queue looks like from outside: counts, latency, durations, heartbeats; and `/metrics`.
+
+One collector reads the database at scrape time, so any web process answers
+the same and nothing has to run inside the workers. That choice shapes two
+kinds of numbers:
+
+- *State* is read as it is now: jobs by queue and state, the age of the
+  longest-waiting runnable job per queue, each live worker's heartbeat age.
+- *Flow* (claims, failures, retries, durations) is read over the last
+  `JOBS_METRICS_WINDOW_SECONDS` (default 600) and exposed as gauges and a
+  gauge histogram, not as counters: totals computed from the tables would
+  drop whenever `prunejobs` deletes history, and Prometheus reads a drop as a
+  counter reset (a false spike in `rate()`). Alert on the window values
+  directly, e.g. `haulage_recent_job_failures > 10`.
+
+Counting stays cheap with millions of finished rows: READY and RUNNING jobs
+are counted exactly through their partial indexes; the other states are
+counted exactly only while the table is small, and otherwise estimated by
+PostgreSQL's planner (SQLite reports them as unknown).
+"""
+
+import hmac
+import json
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.db import connection
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Subquery, Sum
+from django.http import HttpResponse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from jobs import selectors, sql
+from jobs.models import FINISHED_STATUSES, Job, JobEvent, JobStatus, Queue, Worker
+from project import env
+
+# Below this many rows every state is counted exactly; above it only the
+# states with a partial index are (a COUNT over millions of finished rows
+# takes seconds on every page refresh and scrape).
+EXACT_COUNT_ROWS = 200_000
+# Job events read (newest first) to find the window's retries: the events
+# table has no index on time, so the scan is bounded instead.
+EVENT_SCAN_ROWS = 50_000
+DURATION_BUCKETS_S = (1, 5, 15, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600)
+
+
+def window_s():
+    """JOBS_METRICS_WINDOW_SECONDS: the span the flow metrics describe."""
+    default = getattr(settings, "JOBS_METRICS_WINDOW_SECONDS", 600.0)
+    return env.get_number("JOBS_METRICS_WINDOW_SECONDS", default, float, minimum=1)
+
+
+def metrics_token():
+    """METRICS_TOKEN: when set, /metrics wants `Authorization: Bearer <it>`."""
+    return env.get_str("METRICS_TOKEN", getattr(settings, "METRICS_TOKEN", "") or "").strip()
+
+
+# --- Counts ----------------------------------------------------------------
+
+
+def table_rows_estimate():
+    """About how many rows jobs_job holds, without counting them when the database knows."""
+    if sql.is_postgres():
+        with connection.cursor() as cursor:
+            # Kept by VACUUM/ANALYZE; -1 until the table was first analyzed.
+            cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'jobs_job'::regclass")
+            (rows,) = cursor.fetchone()
+        if rows >= 0:
+            return rows
+    return Job.objects.order_by()[: EXACT_COUNT_ROWS + 1].count()  # stops at the threshold
+
+
+def _grouped(queryset):
+    return queryset.order_by().values_list("queue", "status").annotate(n=Count("pk"))
+
+
+def _planner_estimate(queue, status):
+    # The planner's row estimate, from the column statistics ANALYZE keeps:
+    # microseconds to get, never a scan.
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) SELECT 1 FROM jobs_job WHERE queue = %s AND status = %s",
+                       [queue, status])
+        plan = cursor.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def state_counts(queues=()):
+    """{queue: {status: (count or None, exact)}} for every status of each queue.
+
+    `queues` adds queues that have no jobs (they are reported with zeros).
+    """
+    names = set(queues)
+    counts = {}
+    if table_rows_estimate() <= EXACT_COUNT_ROWS:
+        for queue, status, n in _grouped(Job.objects.all()):
+            counts[(queue, status)] = (n, True)
+        names.update(queue for queue, _status in counts)
+        return {q: {s: counts.get((q, s), (0, True)) for s in JobStatus.values} for q in sorted(names)}
+    # Each query below matches one partial index's predicate exactly, so it
+    # reads only the claimable, parked or running rows.
+    live = [
+        Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=True),
+        Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=False),
+        Job.objects.filter(status=JobStatus.RUNNING),
+    ]
+    for queryset in live:
+        for queue, status, n in _grouped(queryset):
+            counts[(queue, status)] = (counts.get((queue, status), (0, True))[0] + n, True)
+    names.update(queue for queue, _status in counts)
+    result = {}
+    for queue in sorted(names):
+        row = {}
+        for status in JobStatus.values:
+            if status in (JobStatus.READY, JobStatus.RUNNING):
+                row[status] = counts.get((queue, status), (0, True))
+            elif sql.is_postgres():
+                row[status] = (_planner_estimate(queue, status), False)
+            else:
+                row[status] = (None, False)
+        result[queue] = row
+    return result
+
+
+def queue_latencies(now=None):
+    """{queue: seconds the longest-waiting runnable job has waited}.
+
+    Counted from `run_after` (when it became runnable) over the claimable set:
+    jobs parked behind a per-user or per-asset limit wait by design, and
+    scheduled retries by choice, so neither reads as a slow queue.
+    """
+    now = now or timezone.now()
+    rows = (
+        Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=True, run_after__lte=now)
+        .order_by().values_list("queue").annotate(oldest=Min("run_after"))
+    )
+    return {queue: max(0.0, (now - oldest).total_seconds()) for queue, oldest in rows}
+
+
+# --- Flow over the window ---------------------------------------------------
+
+
+def durations(since):
+    """{kind: ([(bucket upper bound, cumulative count)...], count, sum_s)} of jobs finished since.
+
+    The duration is the last attempt's (started → finished); the finished-jobs
+    partial index makes the window a range scan.
+    """
+    took = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
+    finished = Job.objects.filter(
+        status__in=[JobStatus.SUCCESSFUL, JobStatus.FAILED], finished_at__gte=since,
+        started_at__isnull=False,
+    ).annotate(took=took)
+    buckets = {f"le{i}": Count("pk", filter=Q(took__lte=timedelta(seconds=bound)))
+               for i, bound in enumerate(DURATION_BUCKETS_S)}
+    rows = finished.order_by().values("kind").annotate(n=Count("pk"), total=Sum("took"), **buckets)
+    result = {}
+    for row in rows:
+        total = row["total"]
+        seconds = total.total_seconds() if isinstance(total, timedelta) else (total or 0) / 1e6
+        counts = [(floatToGoString(bound), row[f"le{i}"]) for i, bound in enumerate(DURATION_BUCKETS_S)]
+        result[row["kind"]] = (counts + [("+Inf", row["n"])], row["n"], seconds)
+    return result
+
+
+def recent_claims(since):
+    """{kind: attempts started since}, by each job's latest start (a job started twice counts once).
+
+    Read from the states whose rows are indexed (running, finished in the
+    window, queued again), never from a scan of all history.
+    """
+    recent = Q(status=JobStatus.RUNNING) | Q(status__in=FINISHED_STATUSES, finished_at__gte=since)
+    recent |= Q(status=JobStatus.READY, blocked_key__isnull=True)
+    recent |= Q(status=JobStatus.READY, blocked_key__isnull=False)
+    rows = Job.objects.filter(recent, started_at__gte=since).order_by().values_list("kind")
+    return dict(rows.annotate(n=Count("pk")))
+
+
+def recent_failures(since):
+    """{kind: jobs that ended FAILED since} (attempts that will be retried are retries)."""
+    rows = Job.objects.filter(status=JobStatus.FAILED, finished_at__gte=since)
+    return dict(rows.order_by().values_list("kind").annotate(n=Count("pk")))
+
+
+def recent_retries(since):
+    """{kind: attempts since that failed and were scheduled again, or whose lease expired}."""
+    newest = JobEvent.objects.order_by("-id").values("id")[:EVENT_SCAN_ROWS]
+    rows = JobEvent.objects.filter(
+        pk__in=Subquery(newest), at__gte=since,
+        kind__in=[JobEvent.Kind.RETRY, JobEvent.Kind.RESCUED],
+    )
+    return dict(rows.order_by().values_list("job__kind").annotate(n=Count("pk")))
+
+
+# --- The collector and the view ---------------------------------------------
+
+
+class QueueCollector(Collector):
+    """Reads the queue's tables at scrape time (see the module's docstring for the choices)."""
+
+    def collect(self):
+        now = timezone.now()
+        window = window_s()
+        since = now - timedelta(seconds=window)
+        queue_rows = {row.name: row for row in Queue.objects.all()}
+
+        jobs = GaugeMetricFamily(
+            "haulage_jobs", "Jobs by queue and state (finished states may be planner estimates).",
+            labels=["queue", "state"])
+        for queue, states in state_counts(selectors.queue_names()).items():
+            for status, (n, _exact) in states.items():
+                if n is not None:
+                    jobs.add_metric([queue, status.lower()], n)
+        yield jobs
+
+        latency = GaugeMetricFamily(
+            "haulage_queue_latency_seconds",
+            "How long the longest-waiting runnable job of each queue has waited.", labels=["queue"])
+        for queue, seconds in sorted(queue_latencies(now).items()):
+            latency.add_metric([queue], seconds)
+        yield latency
+
+        paused = GaugeMetricFamily("haulage_queue_paused", "1 while staff have paused the queue.",
+                                   labels=["queue"])
+        for name, row in sorted(queue_rows.items()):
+            paused.add_metric([name], 1 if row.paused else 0)
+        yield paused
+
+        beats = GaugeMetricFamily(
+            "haulage_worker_heartbeat_age_seconds", "Seconds since each live worker's last heartbeat.",
+            labels=["worker", "role", "host"])
+        for name, role, host, beat in Worker.objects.filter(stopped_at__isnull=True).values_list(
+            "name", "role", "host", "heartbeat_at"
+        ):
+            beats.add_metric([name, role, host], max(0.0, (now - beat).total_seconds()))
+        yield beats
+
+        yield GaugeMetricFamily("haulage_recent_window_seconds",
+                                "The span the haulage_recent_* metrics describe.", value=window)
+        took = GaugeHistogramMetricFamily(
+            "haulage_job_duration_seconds",
+            "Run time of the last attempt of jobs finished within the recent window, by kind.",
+            labels=["kind"])
+        for kind, (buckets, _count, total_s) in sorted(durations(since).items()):
+            took.add_metric([kind], buckets, gsum_value=total_s)
+        yield took
+        for name, text, values in (
+            ("haulage_recent_job_claims", "Jobs started within the recent window, by kind.",
+             recent_claims(since)),
+            ("haulage_recent_job_failures", "Jobs that failed for good within the recent window.",
+             recent_failures(since)),
+            ("haulage_recent_job_retries",
+             "Attempts within the recent window that failed and were scheduled again, or lost "
+             "their lease.", recent_retries(since)),
+        ):
+            family = GaugeMetricFamily(name, text, labels=["kind"])
+            for kind, n in sorted(values.items()):
+                family.add_metric([kind], n)
+            yield family
+
+
+# auto_describe off: registering must not query the database at import time.
+registry = CollectorRegistry(auto_describe=False)
+registry.register(QueueCollector())
+
+
+@login_not_required
+@require_GET
+@never_cache
+def metrics_view(request):
+    """Prometheus' text format; with METRICS_TOKEN set, only for `Authorization: Bearer <token>`."""
+    token = metrics_token()
+    if token:
+        scheme, _space, given = request.headers.get("Authorization", "").partition(" ")
+        # Compared in constant time, so response timing does not leak the token.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
+                                                                 token.encode()):
+            response = HttpResponse(_("A valid metrics token is required."), status=401,
+                                    content_type="text/plain; charset=utf-8")
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,157 @@
+"""/metrics: Prometheus' text format, read from the tables at scrape time."""
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import RequestFactory, override_settings
+from django.utils import timezone
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobs import metrics, services
+from jobs.models import Job, JobEvent, JobStatus, Worker
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.urls_metrics")]
+
+
+def scrape(client, **headers):
+    response = client.get("/metrics", **headers)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == CONTENT_TYPE_LATEST
+    families = {f.name: f for f in text_string_to_metric_families(response.content.decode())}
+    return families
+
+
+def samples(family, suffix=""):
+    return {tuple(sorted(s.labels.items())): s.value for s in family.samples
+            if s.name == family.name + suffix}
+
+
+def finished(kind, status, *, seconds, ago_s=10):
+    job = services.enqueue(kind, {})
+    end = timezone.now() - timedelta(seconds=ago_s)
+    Job.objects.filter(pk=job.pk).update(status=status, started_at=end - timedelta(seconds=seconds),
+                                         finished_at=end, attempts=1)
+    return job
+
+
+def test_the_scrape_parses_and_says_what_the_queue_holds(client):
+    now = timezone.now()
+    waiting = services.enqueue("tests.noop", {})
+    Job.objects.filter(pk=waiting.pk).update(run_after=now - timedelta(seconds=90))
+    services.enqueue("tests.other_queue", {})
+    services.enqueue("tests.noop", {}, run_after=now + timedelta(hours=1))  # scheduled: no latency
+    running = services.enqueue("tests.echo", {})
+    Job.objects.filter(pk=running.pk).update(status=JobStatus.RUNNING, started_at=now)
+    finished("tests.echo", JobStatus.SUCCESSFUL, seconds=3)
+    finished("tests.echo", JobStatus.SUCCESSFUL, seconds=120)
+    failed = finished("tests.fail_value_error", JobStatus.FAILED, seconds=0.5)
+    finished("tests.echo", JobStatus.SUCCESSFUL, seconds=3, ago_s=7200)  # outside the window
+    JobEvent.objects.create(job_id=failed.pk, kind=JobEvent.Kind.RETRY, reason="bad value")
+    Worker.objects.create(name="w1", host="box", pid=7, role="runworker",
+                          heartbeat_at=now - timedelta(seconds=42))
+    Worker.objects.create(name="gone", host="box", pid=8, stopped_at=now)
+
+    families = scrape(client)
+
+    jobs = samples(families["haulage_jobs"])
+    assert jobs[(("queue", "default"), ("state", "ready"))] == 2
+    assert jobs[(("queue", "default"), ("state", "running"))] == 1
+    assert jobs[(("queue", "default"), ("state", "successful"))] == 3
+    assert jobs[(("queue", "default"), ("state", "failed"))] == 1
+    assert jobs[(("queue", "other"), ("state", "ready"))] == 1
+
+    latency = samples(families["haulage_queue_latency_seconds"])
+    assert 90 <= latency[(("queue", "default"),)] < 120
+    assert latency[(("queue", "other"),)] < 30
+
+    ages = samples(families["haulage_worker_heartbeat_age_seconds"])
+    assert list(ages) == [(("host", "box"), ("role", "runworker"), ("worker", "w1"))]
+    assert 42 <= ages[(("host", "box"), ("role", "runworker"), ("worker", "w1"))] < 60
+
+    histogram = families["haulage_job_duration_seconds"]
+    assert histogram.type == "histogram"
+    buckets = samples(histogram, "_bucket")
+    assert buckets[(("kind", "tests.echo"), ("le", "5.0"))] == 1
+    assert buckets[(("kind", "tests.echo"), ("le", "300.0"))] == 2
+    assert buckets[(("kind", "tests.echo"), ("le", "+Inf"))] == 2
+    assert buckets[(("kind", "tests.fail_value_error"), ("le", "1.0"))] == 1
+    sums = samples(families["haulage_job_duration_seconds_gsum"])
+    assert sums[(("kind", "tests.echo"),)] == pytest.approx(123, abs=0.01)
+
+    claims = samples(families["haulage_recent_job_claims"])
+    assert claims == {(("kind", "tests.echo"),): 3, (("kind", "tests.fail_value_error"),): 1}
+    assert samples(families["haulage_recent_job_failures"]) == {
+        (("kind", "tests.fail_value_error"),): 1}
+    assert samples(families["haulage_recent_job_retries"]) == {
+        (("kind", "tests.fail_value_error"),): 1}
+    assert samples(families["haulage_recent_window_seconds"]) == {(): 600}
+
+
+def test_an_empty_queue_still_parses(client):
+    families = scrape(client)
+    assert samples(families["haulage_jobs"])[(("queue", "default"), ("state", "ready"))] == 0
+
+
+def test_large_tables_count_live_states_exactly_and_estimate_the_rest(client, monkeypatch):
+    monkeypatch.setattr(metrics, "EXACT_COUNT_ROWS", 0)
+    services.enqueue("tests.noop", {})
+    finished("tests.echo", JobStatus.SUCCESSFUL, seconds=1)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE jobs_job")
+    counts = metrics.state_counts(["default"])["default"]
+    assert counts[JobStatus.READY] == (1, True)
+    assert counts[JobStatus.RUNNING] == (0, True)
+    value, exact = counts[JobStatus.SUCCESSFUL]
+    assert not exact
+    if connection.vendor == "postgresql":
+        assert value >= 1  # the planner's estimate
+    else:
+        assert value is None  # SQLite has no estimate to give
+    jobs = samples(scrape(client)["haulage_jobs"])
+    assert jobs[(("queue", "default"), ("state", "ready"))] == 1
+
+
+def test_without_a_token_configured_metrics_are_open(client, monkeypatch):
+    monkeypatch.delenv("METRICS_TOKEN", raising=False)
+    scrape(client)
+
+
+def test_with_a_token_the_view_wants_it_as_a_bearer(monkeypatch):
+    monkeypatch.setenv("METRICS_TOKEN", "s3cret-metrics")
+    factory = RequestFactory()
+    for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong"},
+                    {"HTTP_AUTHORIZATION": "Basic czNjcmV0LW1ldHJpY3M="},
+                    {"HTTP_AUTHORIZATION": "s3cret-metrics"}):
+        request = factory.get("/metrics", **headers)
+        response = metrics.metrics_view(request)
+        assert response.status_code == 401
+        assert response["WWW-Authenticate"].startswith("Bearer")
+    request = factory.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-metrics")
+    response = metrics.metrics_view(request)
+    assert response.status_code == 200
+    assert b"haulage_jobs" in response.content
+
+
+def test_with_a_token_an_anonymous_scrape_gets_401(client, monkeypatch):
+    monkeypatch.setenv("METRICS_TOKEN", "s3cret-metrics")
+    response = client.get("/metrics")
+    assert response.status_code == 401
+    assert b"haulage_jobs" not in response.content
+
+
+def test_the_bearer_token_passes_the_site_middleware(client, monkeypatch):
+    monkeypatch.setenv("METRICS_TOKEN", "s3cret-metrics")
+    scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-metrics")
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+
+
+@override_settings(MIDDLEWARE=[m for m in settings.MIDDLEWARE
+                               if m != "core.tokens.BearerTokenMiddleware"])
+def test_the_bearer_token_opens_the_scrape_through_the_rest_of_the_stack(client, monkeypatch):
+    monkeypatch.setenv("METRICS_TOKEN", "s3cret-metrics")
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
+    scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-metrics")
