@@ -26,7 +26,7 @@ bench: venv
 	$(PY) bench/run.py
 
 bench-peers: venv
-	scripts/bench-peers
+	scripts/bench-peers $(ARGS)
 
 chaos: venv
 	scripts/chaos
@@ -35,4 +35,4 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) .venv-peers var
