@@ -258,3 +258,15 @@ def test_the_hot_path_spends_a_fixed_number_of_queries_per_batch(django_assert_m
         done = services.complete_many([(job, None) for job in batch])
     assert sorted(done) == sorted(job.pk for job in batch)
     assert Job.objects.filter(status=JobStatus.SUCCESSFUL).count() == 20
+
+
+def test_several_queues_are_claimed_in_their_order_in_one_go():
+    other = [services.enqueue("tests.other_queue", {}) for _ in range(2)]
+    default = [services.enqueue("tests.noop", {}, priority=50) for _ in range(2)]
+    worker = make_worker()
+    kinds = ["tests.noop", "tests.other_queue"]
+    got = claim(worker, limit=3, queues=("other", "default"), kinds=kinds)
+    # The first queue named is served first, whatever the priorities.
+    assert [j.pk for j in got] == [other[0].pk, other[1].pk, default[0].pk]
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
+    assert [j.pk for j in claim(worker, limit=3, queues=("other", "default"), kinds=kinds)] == [default[1].pk]
