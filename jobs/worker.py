@@ -45,7 +45,7 @@ class Running:
 
 
 class Worker:
-    def __init__(self, *, queues=None, concurrency=10, burst=False, max_jobs=None,
+    def __init__(self, *, queues=None, concurrency=20, burst=False, max_jobs=None,
                  name=None, kinds=None):
         self.queues = list(queues) if queues else registry.queues()
         self.concurrency = concurrency

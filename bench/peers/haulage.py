@@ -15,7 +15,7 @@ class HaulagePeer(Peer):
     has_bulk = True
     configuration = (
         "Django's Tasks API on Haulage's backend; one `manage.py runworker` per process at its "
-        "defaults (10 executor threads, claims and completions in batches, LISTEN/NOTIFY wake-ups)"
+        "defaults (20 executor threads, claims and completions in batches, LISTEN/NOTIFY wake-ups)"
     )
 
     def environ(self):

@@ -17,9 +17,11 @@ class Command(BaseCommand):
         parser.add_argument("--queues", default="",
                             help="comma-separated queues to serve, in order "
                                  "(default: every queue a registered kind uses)")
-        parser.add_argument("--concurrency", type=int, default=10,
-                            help="jobs run at once by this process (default: 10); per-user and "
-                                 "per-queue limits still apply")
+        parser.add_argument("--concurrency", type=int, default=20,
+                            help="jobs run at once by this process (default: 20; each claim takes "
+                                 "up to the free slots, so more slots mean bigger batches). "
+                                 "Per-user, per-asset and per-queue limits still apply; lower it "
+                                 "on machines that run heavy process-mode jobs")
         parser.add_argument("--burst", action="store_true",
                             help="exit once nothing is claimable and nothing is running")
         parser.add_argument("--max-jobs", type=int, default=None,
