@@ -251,13 +251,13 @@ def _supersede(job):
     stale = Job.objects.filter(kind=job.kind, owner=job.owner, status=JobStatus.READY).exclude(
         unique_key=job.unique_key
     )
-    stale.update(
-        status=JobStatus.CANCELLED,
-        error=_("Superseded by a newer request."),
-        error_code="superseded",
-        finished_at=Now(),
-        blocked_key=None,
-    )
+    message = _("Superseded by a newer request.")
+    for stale_job in stale.select_for_update():
+        if Job.objects.filter(pk=stale_job.pk, status=JobStatus.READY).update(
+            status=JobStatus.CANCELLED, error=message, error_code="superseded",
+            finished_at=Now(), blocked_key=None,
+        ):
+            _finished(stale_job, JobStatus.CANCELLED, error=message, error_code="superseded")
 
 
 def _notify(queue):
@@ -778,11 +778,7 @@ def rescue_expired(limit=500):
     its leases, so its jobs are never touched. The attempt the dead worker
     started counts: a job that kills its worker cannot loop forever.
     """
-    expired = list(
-        Job.objects.filter(status=JobStatus.RUNNING, lease_expires_at__lt=Now())
-        .only("pk", "lease_token", "attempts", "max_attempts", "concurrency_keys", "queue",
-              "stop_requested", "kind", "errors")[:limit]
-    )
+    expired = list(Job.objects.filter(status=JobStatus.RUNNING, lease_expires_at__lt=Now())[:limit])
     rescued = []
     for job in expired:
         guard = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, lease_token=job.lease_token,
@@ -806,6 +802,10 @@ def rescue_expired(limit=500):
             if changed:
                 JobEvent.objects.create(job_id=job.pk, kind=JobEvent.Kind.RESCUED,
                                         reason=message, attempt=job.attempts)
+                if job.stop_requested == "cancel":
+                    _finished(job, JobStatus.CANCELLED)
+                elif job.stop_requested != "pause" and job.attempts >= job.max_attempts:
+                    _finished(job, JobStatus.FAILED, error=message, error_code="lease_expired")
                 release_keys(job.concurrency_keys)
                 rescued.append(job.pk)
         if changed:
@@ -845,8 +845,15 @@ def fail_unserved(served_kinds):
         kind__in=served_kinds
     )
     message = _("No worker serves this kind of job; deploy a worker that registers it, then retry.")
-    return stale.update(status=JobStatus.FAILED, finished_at=Now(), error=message,
-                        error_code="unknown_kind", blocked_key=None)
+    failed = 0
+    for job in stale[:500]:
+        if Job.objects.filter(pk=job.pk, status=JobStatus.READY).update(
+            status=JobStatus.FAILED, finished_at=Now(), error=message, error_code="unknown_kind",
+            blocked_key=None,
+        ):
+            _finished(job, JobStatus.FAILED, error=message, error_code="unknown_kind")
+            failed += 1
+    return failed
 
 
 def unpark_stranded():
