@@ -46,6 +46,7 @@ from yt_dlp.utils import (
 )
 
 from downloads import conf, egress
+from downloads.addresses import InvalidURL, validate_url
 from downloads.errors import (
     BlockedDestination,
     Cancelled,
@@ -58,7 +59,6 @@ from downloads.errors import (
     UnsupportedURL,
 )
 from downloads.ffmpeg import INPUT_SAFETY, locate, probe, sniff
-from downloads.addresses import InvalidURL, validate_url
 
 log = logging.getLogger(__name__)
 
