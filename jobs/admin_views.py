@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from jobs import claiming, conf, metrics, selectors, services
 from jobs.exceptions import IllegalTransition
@@ -114,11 +115,11 @@ def up_next(model_admin, request):
 
 
 class QueueLimitsForm(forms.Form):
-    concurrency = forms.IntegerField(label=_("Global limit"), min_value=0, required=False,
-                                     help_text=_("Jobs of this queue running at once across all "
+    concurrency = forms.IntegerField(label=gettext_lazy("Global limit"), min_value=0, required=False,
+                                     help_text=gettext_lazy("Jobs of this queue running at once across all "
                                                  "workers; empty for no limit."))
-    gap_seconds = forms.FloatField(label=_("Gap (seconds)"), min_value=0, required=False,
-                                   help_text=_("Least time between two job starts."))
+    gap_seconds = forms.FloatField(label=gettext_lazy("Gap (seconds)"), min_value=0, required=False,
+                                   help_text=gettext_lazy("Least time between two job starts."))
 
 
 def queues(model_admin, request):

@@ -4,6 +4,7 @@ import logging
 
 from django.db import close_old_connections, connection
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from jobs import registry, services
 from jobs.exceptions import Fail, Retry, Stopped, UnknownKind
@@ -12,8 +13,8 @@ log = logging.getLogger(__name__)
 
 # What a stop request turns into once the handler has returned.
 STOP_MESSAGES = {
-    "timeout": _("The job ran past its time limit and was stopped."),
-    "shutdown": _("The worker shut down; the job was handed back to the queue."),
+    "timeout": gettext_lazy("The job ran past its time limit and was stopped."),
+    "shutdown": gettext_lazy("The worker shut down; the job was handed back to the queue."),
 }
 
 

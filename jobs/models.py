@@ -226,6 +226,8 @@ class Worker(models.Model):
     command = models.CharField(max_length=10, choices=Command, blank=True, default="")
 
     class Meta:
+        verbose_name = _("worker")
+        verbose_name_plural = _("workers")
         indexes = [models.Index(fields=["heartbeat_at"], condition=Q(stopped_at__isnull=True),
                                 name="jobs_worker_alive")]
 
@@ -243,6 +245,10 @@ class Queue(models.Model):
     gap_seconds = models.FloatField(default=0)  # minimum time between two job starts
     last_started_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        verbose_name = _("queue")
+        verbose_name_plural = _("queues")
+
     def __str__(self):
         return self.name
 
@@ -252,6 +258,10 @@ class ConcurrencyLimit(models.Model):
 
     key = models.CharField(max_length=255, primary_key=True)
     limit = models.PositiveIntegerField()
+
+    class Meta:
+        verbose_name = _("concurrency limit")
+        verbose_name_plural = _("concurrency limits")
 
     def __str__(self):
         return f"{self.key} ≤ {self.limit}"

@@ -14,6 +14,7 @@ import sys
 
 from django.conf import settings
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from jobs import conf, registry, services
 from jobs.childside import Limits
@@ -32,8 +33,8 @@ ENGINE_REASONS = {
 }
 
 MESSAGES = {
-    StopReason.STALLED: _("The job stopped showing signs of life for %(s)d s and was stopped."),
-    StopReason.TIMEOUT: _("The job ran past its time limit of %(s)d s and was stopped."),
+    StopReason.STALLED: gettext_lazy("The job stopped showing signs of life for %(s)d s and was stopped."),
+    StopReason.TIMEOUT: gettext_lazy("The job ran past its time limit of %(s)d s and was stopped."),
 }
 
 
