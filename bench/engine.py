@@ -119,9 +119,11 @@ def depth(server, ready_rows):
 def head_of_line(server, backlog):
     url = server.fresh()
     if backlog:
-        fill(url, backlog, priority=0, keys='["hol:1"]')
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("INSERT INTO jobs_concurrencylimit (key, \"limit\") VALUES ('hol:1', 1)")
+        # Through the engine's own bulk enqueue, as an app would queue them.
+        code = ("from jobs import services; "
+                f"services.enqueue_many([('bench.noop', {{'keys': ['hol:1']}}, {{}})] * {backlog})")
+        subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, check=True,
+                       env=env_for(url, server.scratch))
     enqueue_measured(url, users=50)
     return run_worker_until_measured_done(url, server.scratch)
 
@@ -133,8 +135,9 @@ def median_of(runs, fn, *args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one run each, 100k instead of 1M rows")
+    parser.add_argument("--runs", type=int, help="runs per figure (default 3, quick 1)")
     args = parser.parse_args()
-    runs = 1 if args.quick else 3
+    runs = args.runs or (1 if args.quick else 3)
     deep = 100_000 if args.quick else 1_000_000
     with tempfile.TemporaryDirectory(prefix="haulage-bench-") as tmp:
         root = Path(tmp)

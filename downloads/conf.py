@@ -54,3 +54,55 @@ def progress_interval_s():
     """DOWNLOADS_PROGRESS_INTERVAL_S: least seconds between two progress reports of a download."""
     return _setting("DOWNLOADS_PROGRESS_INTERVAL_S", 1.0,
                     lambda name, default: env.get_number(name, default, minimum=0))
+
+
+# --- Quotas (defaults for users without a DownloadQuota row) -----------------
+
+def default_concurrent():
+    """DOWNLOADS_DEFAULT_CONCURRENT: downloads one user may have running at once."""
+    return _setting("DOWNLOADS_DEFAULT_CONCURRENT", 2,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+
+
+def default_queued():
+    """DOWNLOADS_DEFAULT_QUEUED: live downloads (queued, running or paused) one user may hold."""
+    return _setting("DOWNLOADS_DEFAULT_QUEUED", 20,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+
+
+def default_storage_bytes():
+    """DOWNLOADS_DEFAULT_STORAGE_BYTES: bytes of finished files one user may hold (5 GiB)."""
+    return _setting("DOWNLOADS_DEFAULT_STORAGE_BYTES", 5 * 1024**3,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=0))
+
+
+def max_file_bytes():
+    """DOWNLOADS_MAX_FILE_BYTES: largest single file anyone may download; 0 means no cap."""
+    return _setting("DOWNLOADS_MAX_FILE_BYTES", 0,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=0))
+
+
+# --- The download and edit jobs -----------------------------------------------
+
+def stall_timeout_s():
+    """DOWNLOADS_STALL_TIMEOUT_S: seconds without a byte (or an ffmpeg progress line) before a
+    download or edit is stopped as stalled. Read when the kinds are registered (process start)."""
+    return _setting("DOWNLOADS_STALL_TIMEOUT_S", 60.0,
+                    lambda name, default: env.get_number(name, default, minimum=0.5))
+
+
+def kill_grace_s():
+    """DOWNLOADS_KILL_GRACE_S: seconds between TERM and KILL when a download is stopped."""
+    return _setting("DOWNLOADS_KILL_GRACE_S", 5.0,
+                    lambda name, default: env.get_number(name, default, minimum=0))
+
+
+def wall_clock_cap_s():
+    """DOWNLOADS_WALL_CLOCK_CAP_S: the longest one attempt of a download may run (6 hours)."""
+    return _setting("DOWNLOADS_WALL_CLOCK_CAP_S", 6 * 3600.0,
+                    lambda name, default: env.get_number(name, default, minimum=1))
+
+
+def segment_automatically():
+    """DOWNLOADS_SEGMENT_AUTOMATICALLY: split every finished video into shots (CV) on its own."""
+    return _setting("DOWNLOADS_SEGMENT_AUTOMATICALLY", True, env.get_bool)

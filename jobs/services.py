@@ -322,6 +322,7 @@ def complete_many(jobs_results):
 def fail(job, *, error, code="error", exc=None, retry=True, delay_s=None):
     """RUNNING → READY later (a retry) or FAILED when attempts are spent or `retry` is off."""
     spec_policy = _policy(job.kind)
+    error = str(error)  # a lazy translation must not reach the JSON column
     entry = _error_entry(job, error, code, exc)
     will_retry = retry and job.attempts < job.max_attempts
     with transaction.atomic():
@@ -382,6 +383,7 @@ def _appended_errors(job, entry):
 
 def requeue(job, *, reason, delay_s=0):
     """RUNNING → READY without spending an attempt (graceful shutdown hands the job back)."""
+    reason = str(reason)
     with transaction.atomic():
         changed = _running(job.pk, job.lease_token).update(
             status=JobStatus.READY,

@@ -38,6 +38,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "core",
     "jobs",
+    "downloads",
+    "insights",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,64 @@
+from django.contrib import admin, messages
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from downloads import services
+from downloads.models import Download, DownloadQuota, MediaAsset
+from jobs.exceptions import IllegalTransition
+
+
+@admin.register(MediaAsset)
+class MediaAssetAdmin(admin.ModelAdmin):
+    list_display = ["id", "title", "format", "edit", "state", "size_bytes", "duration_s",
+                    "ready_at", "last_accessed_at"]
+    list_filter = ["state", "format"]
+    search_fields = ["title", "url"]
+    readonly_fields = ["url", "url_digest", "format", "parent", "edit", "state", "holder", "file",
+                       "size_bytes", "duration_s", "metadata", "error_code", "error", "created_at",
+                       "ready_at", "last_accessed_at"]
+
+
+@admin.register(Download)
+class DownloadAdmin(admin.ModelAdmin):
+    list_display = ["id", "owner", "__str__", "current_status", "error_code", "created_at"]
+    list_filter = ["status", "asset__format"]
+    search_fields = ["id", "owner__username", "name", "asset__title", "asset__url"]
+    list_select_related = ["owner", "asset", "job"]
+    raw_id_fields = ["owner", "asset", "job"]
+    readonly_fields = ["status", "error_code", "error", "created_at", "finished_at"]
+    actions = ["cancel_downloads", "retry_downloads"]
+
+    @admin.display(description=_("status"))
+    def current_status(self, obj):
+        return obj.current_status
+
+    def _each(self, request, queryset, service, done_message):
+        done = 0
+        for download in queryset.select_related("job", "asset", "owner"):
+            try:
+                service(download, actor=request.user)
+                done += 1
+            except (IllegalTransition, services.QueueFull):
+                continue
+        self.message_user(request, done_message(done), messages.SUCCESS)
+
+    @admin.action(description=_("Cancel the selected downloads"))
+    def cancel_downloads(self, request, queryset):
+        self._each(request, queryset, services.download_cancel, lambda n: ngettext(
+            "%(n)d download cancelled.", "%(n)d downloads cancelled.", n) % {"n": n})
+
+    @admin.action(description=_("Retry the selected downloads"))
+    def retry_downloads(self, request, queryset):
+        self._each(request, queryset, services.download_retry, lambda n: ngettext(
+            "%(n)d download queued again.", "%(n)d downloads queued again.", n) % {"n": n})
+
+
+@admin.register(DownloadQuota)
+class DownloadQuotaAdmin(admin.ModelAdmin):
+    list_display = ["user", "max_concurrent", "max_queued", "storage_bytes", "unlimited"]
+    search_fields = ["user__username"]
+    raw_id_fields = ["user"]
+
+    def save_model(self, request, obj, form, change):
+        # Through the service: the user's concurrency key must get the new limit too.
+        services.quota_save(obj)

@@ -1,0 +1,200 @@
+"""The JSON API for downloads (session or bearer token; CSRF applies to sessions).
+
+    GET    /api/downloads/                      yours, newest first
+    POST   /api/downloads/                      {"url": ..., "format": "best"|"audio"|"720p", "name"?}
+    GET    /api/downloads/<id>/                 one, with progress and where it stands
+    DELETE /api/downloads/<id>/
+    POST   /api/downloads/<id>/{pause,resume,cancel,retry}
+    POST   /api/downloads/<id>/segment/         (re-)split the video into shots → 202
+    GET    /api/downloads/<id>/shots/           the segment job's state and the shots
+    POST   /api/shots/<id>/analyze/             measure one shot → 202
+
+Errors are JSON {"error": sentence, "error_code": code}: 400 bad input, 401
+anonymous (the login middleware), 404 not yours or no such id, 405, 409 an
+action the download's state does not allow, 429 over the queued cap. GETs
+only read.
+"""
+
+import json
+import uuid
+
+from django.core.exceptions import ValidationError
+from django.http import HttpResponse, JsonResponse
+from django.urls import reverse
+from django.utils.translation import gettext as _
+
+from downloads import selectors, services, shots
+from downloads.forms import DownloadForm
+from jobs.exceptions import IllegalTransition
+
+LIST_LIMIT = 200
+
+
+def error(http_status, code, message, **extra):
+    return JsonResponse({"error": str(message), "error_code": code, **extra}, status=http_status)
+
+
+def _iso(value):
+    return value.isoformat() if value else None
+
+
+def download_json(state, request):
+    download, asset = state.download, state.download.asset
+    return {
+        "id": str(download.pk),
+        "name": download.name or asset.title,
+        "url": asset.url,
+        "format": asset.format,
+        "edit": asset.edit or None,
+        "status": state.status,
+        "progress": state.fraction,
+        "phase": state.phase or None,
+        "bytes_done": state.bytes_done,
+        "bytes_total": state.bytes_total,
+        "speed_bytes_s": state.speed_bytes_s,
+        "eta_s": state.eta_s,
+        "queue_position": state.queue_position,
+        "waiting_code": state.waiting_code or None,
+        "waiting_reason": str(state.waiting_reason) or None,
+        "error": state.error or None,
+        "error_code": state.error_code or None,
+        "actions": list(state.actions),
+        "created_at": _iso(download.created_at),
+        "finished_at": _iso(download.finished_at) if not state.is_live else None,
+        "asset": {
+            "title": asset.title,
+            "duration_s": asset.duration_s,
+            "size_bytes": asset.size_bytes,
+            "file_url": request.build_absolute_uri(state.file_url) if state.file_url else None,
+        },
+    }
+
+
+def _body(request):
+    try:
+        data = json.loads(request.body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _mine(request, download_id):
+    try:
+        key = uuid.UUID(str(download_id))
+    except ValueError:
+        return None
+    return selectors.download_of(request.user, key)
+
+
+def not_found():
+    return error(404, "not_found", _("No such download."))
+
+
+def downloads(request):
+    if request.method == "GET":
+        served = selectors.served_kinds()
+        rows = selectors.downloads_of(request.user)[:LIST_LIMIT]
+        return JsonResponse({"downloads": [
+            download_json(selectors.download_state(d, served_kinds=served), request) for d in rows]})
+    if request.method != "POST":
+        return error(405, "method_not_allowed", _("Use GET or POST."))
+    data = _body(request)
+    if data is None:
+        return error(400, "bad_json", _("Send a JSON object."))
+    form = DownloadForm({"url": data.get("url"), "format": data.get("format") or "best",
+                         "name": data.get("name") or ""})
+    if not form.is_valid():
+        return error(400, "invalid", _("Check the fields."), errors={
+            field: [str(m) for m in messages] for field, messages in form.errors.items()})
+    try:
+        download = services.download_submit(
+            owner=request.user, url=form.cleaned_data["url"], fmt=form.cleaned_data["format"],
+            name=form.cleaned_data["name"])
+    except ValidationError as exc:
+        return error(400, "invalid", exc.messages[0], errors={"url": exc.messages})
+    except services.QueueFull as exc:
+        return error(429, "queue_full", str(exc))
+    download = selectors.download_of(request.user, download.pk)
+    response = JsonResponse(download_json(selectors.download_state(download), request), status=201)
+    response["Location"] = request.build_absolute_uri(reverse("downloads:api_download",
+                                                              args=[download.pk]))
+    return response
+
+
+def download(request, download_id):
+    found = _mine(request, download_id)
+    if found is None:
+        return not_found()
+    if request.method == "GET":
+        return JsonResponse(download_json(selectors.download_state(found), request))
+    if request.method == "DELETE":
+        services.download_delete(found, actor=request.user)
+        return HttpResponse(status=204)
+    return error(405, "method_not_allowed", _("Use GET or DELETE."))
+
+
+ACTIONS = {
+    "pause": services.download_pause,
+    "resume": services.download_resume,
+    "cancel": services.download_cancel,
+    "retry": services.download_retry,
+}
+
+
+def action(request, download_id, name):
+    found = _mine(request, download_id)
+    if found is None:
+        return not_found()
+    if request.method != "POST":
+        return error(405, "method_not_allowed", _("Use POST."))
+    try:
+        ACTIONS[name](found, actor=request.user)
+    except IllegalTransition as exc:
+        return error(409, "illegal_transition", str(exc),
+                     status=selectors.download_of(request.user, found.pk).current_status)
+    except services.QueueFull as exc:
+        return error(429, "queue_full", str(exc))
+    found = selectors.download_of(request.user, found.pk)
+    return JsonResponse(download_json(selectors.download_state(found), request))
+
+
+def _finished_video(request, download_id):
+    found = _mine(request, download_id)
+    if found is None:
+        return None, not_found()
+    if found.current_status != "successful":
+        return None, error(409, "illegal_transition", _("The download has not finished yet."))
+    return found, None
+
+
+def segment(request, download_id):
+    found, failure = _finished_video(request, download_id)
+    if failure:
+        return failure
+    if request.method != "POST":
+        return error(405, "method_not_allowed", _("Use POST."))
+    try:
+        job = shots.asset_segment(found.asset, owner=request.user)
+    except IllegalTransition as exc:
+        return error(409, "illegal_transition", str(exc))
+    return JsonResponse({"segment": shots.job_state(job)}, status=202)
+
+
+def shots_list(request, download_id):
+    found, failure = _finished_video(request, download_id)
+    if failure:
+        return failure
+    if request.method != "GET":
+        return error(405, "method_not_allowed", _("Use GET."))
+    state = shots.shots_state(found)
+    return JsonResponse({"segment": state["segment"], "shots": state["shots"]})
+
+
+def analyze(request, shot_id):
+    shot = shots.shot_of(request.user, shot_id) if str(shot_id).isdigit() else None
+    if shot is None:
+        return error(404, "not_found", _("No such shot."))
+    if request.method != "POST":
+        return error(405, "method_not_allowed", _("Use POST."))
+    job = shots.shot_analyze(shot, owner=request.user)
+    return JsonResponse({"shot": shot.pk, "analysis_job": shots.job_state(job)}, status=202)

@@ -1,0 +1,65 @@
+"""The download app's job kinds and their policies (imported by every process at start-up).
+
+downloads.fetch     fetch a URL with yt-dlp in a supervised child process
+downloads.edit      cut or extract audio from a ready asset with ffmpeg, likewise
+downloads.segment   split a ready video into shots, on the CV fleet (through Redis)
+downloads.analyze   measure one shot, likewise
+
+Both carry the owner's concurrency key (the quota's concurrent downloads)
+and the asset's (limit 1 while it is being made, raised once it is ready, so
+exactly one attempt fetches a file and everyone else waits for it without
+spinning). Stall timeouts and the rest are read from settings when this
+module is imported, i.e. when a worker starts.
+"""
+
+from downloads import conf, edits, fetch, shots
+from jobs.registry import kind
+
+
+def _keys(payload, owner):
+    return [f"user:{owner.pk}", f"asset:{payload['asset']}"]
+
+
+def _unique(payload, owner):
+    return f"download:{payload['download']}"
+
+
+def _options():
+    return {
+        "stall_timeout_s": conf.stall_timeout_s(),
+        "kill_grace_s": conf.kill_grace_s(),
+        "wall_clock_cap_s": conf.wall_clock_cap_s(),
+    }
+
+
+POLICY = {
+    "mode": "process",
+    "queue": "downloads",
+    "max_attempts": 3,
+    "unique_key": _unique,
+    "concurrency_keys": _keys,
+    "default_limits": {"user": conf.default_concurrent(), "asset": 1},
+    "options": _options(),
+}
+
+
+@kind("downloads.fetch", cleanup=fetch.cleanup, **POLICY)
+def fetch_media(ctx, payload):
+    return fetch.run(ctx, payload)
+
+
+@kind("downloads.edit", cleanup=edits.cleanup, **POLICY)
+def edit_media(ctx, payload):
+    return edits.run(ctx, payload)
+
+
+def _not_here(ctx, payload):
+    raise AssertionError("redis-mode jobs run on CV workers (downloads/cvhandlers.py), not here")
+
+
+CV_POLICY = {"mode": "redis", "queue": "cv", "max_attempts": 3}
+
+kind("downloads.segment", unique_key=lambda payload, owner: f"segment:{payload['asset']}",
+     options={"cv_type": "segment"}, ingest=shots.segment_ingest, **CV_POLICY)(_not_here)
+kind("downloads.analyze", unique_key=lambda payload, owner: f"analyze:{payload['shot']}",
+     options={"cv_type": "analyze"}, ingest=shots.analyze_ingest, **CV_POLICY)(_not_here)

@@ -1,0 +1,198 @@
+"""Shots: splitting a video asset into shots and measuring each one on the CV fleet.
+
+Two `redis`-mode kinds on the "cv" queue (declared in downloads/handlers.py,
+run by downloads/cvhandlers.py on a CV worker):
+
+    downloads.segment   one asset  → its Shot rows and a thumbnail each
+    downloads.analyze   one shot   → its measurements (brightness, motion, colours, a strip)
+
+A CV worker writes its result document (downloads.cv's shapes) and images
+under MEDIA_ROOT/cv/<job id>/; the engine hands the document to `*_ingest`
+inside the transaction that completes the job, so the rows and the job's
+success are one commit. Shots belong to the asset, so everyone who holds it
+shares them.
+"""
+
+import logging
+import shutil
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.urls import reverse
+from django.utils.translation import gettext as _
+
+from downloads import conf, cvresults
+from downloads.models import Download, DownloadStatus, MediaAsset, Shot
+from jobs import selectors as job_selectors
+from jobs import services as jobs
+from jobs.exceptions import IllegalTransition
+from jobs.models import JobStatus
+
+log = logging.getLogger(__name__)
+
+SEGMENT_KIND = "downloads.segment"
+ANALYZE_KIND = "downloads.analyze"
+CV_KINDS = (SEGMENT_KIND, ANALYZE_KIND)
+
+
+def _folder(job_id):
+    return f"cv/{int(job_id)}"
+
+
+# --- Services --------------------------------------------------------------------
+
+def asset_segment(asset, *, owner=None):
+    """Queue (again) the split of a ready video into shots; returns the job."""
+    if asset.state != MediaAsset.State.READY or not asset.is_video:
+        raise IllegalTransition(_("Only a finished video can be split into shots."))
+    job = jobs.enqueue(SEGMENT_KIND, {"asset": asset.pk, "file": asset.file}, owner=owner)
+    MediaAsset.objects.filter(pk=asset.pk).update(segment_job=job)
+    return job
+
+
+def asset_segment_if_wanted(asset_id, *, owner=None):
+    """After a video became ready: split it into shots unless a setting turned that off."""
+    asset = MediaAsset.objects.get(pk=asset_id)
+    if conf.segment_automatically() and asset.is_video and asset.segment_job_id is None:
+        asset_segment(asset, owner=owner)
+
+
+def shot_analyze(shot, *, owner=None):
+    """Queue the measurement of one shot (at most one live job per shot); returns the job."""
+    asset = shot.asset
+    job = jobs.enqueue(ANALYZE_KIND, {
+        "shot": shot.pk, "asset": asset.pk, "file": asset.file,
+        "start_s": shot.start_s, "end_s": shot.end_s}, owner=owner)
+    Shot.objects.filter(pk=shot.pk).update(analysis_job=job)
+    return job
+
+
+def shots_analyze_all(asset, *, owner=None):
+    """Queue every shot of the asset not measured yet; returns how many were queued."""
+    queued = 0
+    for shot in asset.shots.select_related("asset", "analysis_job"):
+        live = shot.analysis_job is not None and shot.analysis_job.is_live
+        if shot.analysis is None and not live:
+            shot_analyze(shot, owner=owner)
+            queued += 1
+    return queued
+
+
+def segment_ingest(job, data):
+    """The segment result becomes the asset's Shot rows (replacing older ones)."""
+    try:
+        cvresults.validate({**data, "version": cvresults.RESULT_VERSION})
+    except cvresults.ResultInvalid as exc:
+        log.error("segment job %s returned an unusable result: %s", job.pk, exc)
+        return {"invalid": str(exc)}
+    asset_id = job.payload["asset"]
+    asset = MediaAsset.objects.select_for_update().filter(pk=asset_id).first()
+    if asset is None or (asset.segment_job_id not in (None, job.pk)
+                         and asset.segment_job_id > job.pk):
+        return {"stale": True}  # a newer segmentation was asked for meanwhile
+    asset_forget_shots(asset_id, keep=job.pk)
+    folder = _folder(job.pk)
+    Shot.objects.bulk_create(Shot(
+        asset_id=asset_id, index=shot["index"], start_s=shot["start_s"], end_s=shot["end_s"],
+        start_frame=shot["start_frame"], end_frame=shot["end_frame"],
+        thumbnail=f"{folder}/{shot['thumbnail']}") for shot in data["shots"])
+    MediaAsset.objects.filter(pk=asset_id).update(segment_job_id=job.pk)
+    return {"shots": len(data["shots"]), "duration_s": data["duration_s"], "fps": data["fps"]}
+
+
+def analyze_ingest(job, data):
+    """The analysis result is stored on its shot (if the shot still exists)."""
+    try:
+        cvresults.validate({**data, "version": cvresults.RESULT_VERSION})
+    except cvresults.ResultInvalid as exc:
+        log.error("analyze job %s returned an unusable result: %s", job.pk, exc)
+        return {"invalid": str(exc)}
+    analysis = {key: data[key] for key in ("duration_s", "brightness", "motion", "colors")}
+    analysis.update({key: data.get(key) for key in ("motion_mean", "fps", "frame_count")})
+    analysis["keyframe_strip"] = f"{_folder(job.pk)}/{data['keyframe_strip']}"
+    updated = Shot.objects.filter(pk=job.payload["shot"]).update(analysis=analysis,
+                                                                 analysis_job_id=job.pk)
+    return {"shot": job.payload["shot"], "stored": bool(updated),
+            "brightness": data["brightness"], "motion_mean": data.get("motion_mean")}
+
+
+def asset_forget_shots(asset_id, *, keep=None):
+    """Delete an asset's shots, and their images (cv/<job id>/) once this commits; `keep` is
+    the folder of the segmentation replacing them (an ingest run twice must not lose it)."""
+    old = list(Shot.objects.filter(asset_id=asset_id).values_list("thumbnail", "analysis_job_id"))
+    Shot.objects.filter(asset_id=asset_id).delete()
+    stale = {thumb.split("/")[1] for thumb, _ in old if thumb.count("/") > 1}
+    stale |= {str(job_id) for _, job_id in old if job_id}
+    stale.discard(str(keep))
+    transaction.on_commit(lambda: _discard_folders(stale))
+
+
+def _discard_folders(job_ids):
+    for job_id in job_ids:
+        if job_id.isdigit():
+            shutil.rmtree(Path(settings.MEDIA_ROOT) / "cv" / job_id, ignore_errors=True)
+
+
+# --- Read paths -------------------------------------------------------------------
+
+def shot_of(user, shot_id):
+    """The shot, if the user holds its asset (a finished download of it); else None."""
+    shot = Shot.objects.select_related("asset", "analysis_job").filter(pk=shot_id).first()
+    if shot is None or not Download.objects.filter(
+            owner=user, asset_id=shot.asset_id, status=DownloadStatus.SUCCESSFUL).exists():
+        return None
+    return shot
+
+
+def job_state(job):
+    """A CV job as pages and the API show it; None when there is none."""
+    if job is None:
+        return None
+    state = {"status": job.status.lower(), "progress": job.progress, "phase": job.phase or None,
+             "message": job.progress_message or None, "error": job.error or None,
+             "error_code": job.error_code or None, "queue_position": None, "waiting_reason": None}
+    if job.status == JobStatus.READY:
+        standing = job_selectors.standing(job)
+        state["queue_position"], state["waiting_reason"] = standing.position, standing.message
+    if job.status == JobStatus.SUCCESSFUL:
+        state["progress"] = 1.0
+    return state
+
+
+def shot_json(shot, download):
+    analysis = shot.analysis
+    if analysis is not None:
+        analysis = {**analysis, "keyframe_strip_url": reverse(
+            "downloads:shot_image", args=[download.pk, shot.index, "strip"])}
+        analysis.pop("keyframe_strip", None)
+    return {
+        "id": shot.pk,
+        "index": shot.index,
+        "start_s": shot.start_s,
+        "end_s": shot.end_s,
+        "thumbnail_url": reverse("downloads:shot_image", args=[download.pk, shot.index, "thumbnail"])
+        if shot.thumbnail else None,
+        "analysis": analysis,
+        "analysis_job": job_state(shot.analysis_job),
+    }
+
+
+def shots_state(download):
+    """The segment job and the shots of a download's asset, for the page and the API."""
+    asset = MediaAsset.objects.select_related("segment_job").get(pk=download.asset_id)
+    shots = list(asset.shots.select_related("analysis_job"))
+    segment = job_state(asset.segment_job)
+    live = (segment is not None and segment["status"] in ("ready", "running")) or any(
+        shot.analysis_job is not None and shot.analysis_job.status in ("READY", "RUNNING")
+        for shot in shots)
+    return {"segment": segment, "shots": [shot_json(shot, download) for shot in shots],
+            "live": live}
+
+
+def page_context(download):
+    """What the player page adds for a video: its shots, polled while CV jobs run."""
+    if download.current_status != DownloadStatus.SUCCESSFUL or not download.asset.is_video:
+        return {}
+    return {"shots_template": "downloads/_shots.html", "shots": shots_state(download)}
+

@@ -1,0 +1,78 @@
+"""Insight settings: each a Django setting of the same name, else the environment variable.
+
+Functions rather than constants, so a test or an operator sees the value in
+force at the call. The queue's live limits (concurrency, gap) are not here:
+INSIGHTS_CONCURRENCY and INSIGHTS_GAP_SECONDS seed the `insights` Queue row
+through JOBS_QUEUES (project/settings.py), and staff edit that row afterwards.
+"""
+
+from django.conf import settings
+
+from project import env
+
+QUEUE = "insights"
+
+# The two tiers, as engine priorities (higher runs first); the admin names the same tiers.
+INTERACTIVE = 10  # a page the user has open right now
+PREFETCH = -10  # backfill after new data arrived
+
+
+def _setting(name, default, read):
+    value = getattr(settings, name, None)
+    return value if value is not None else read(name, default)
+
+
+def _number(kind=float, minimum=0):
+    return lambda name, default: env.get_number(name, default, kind, minimum=minimum)
+
+
+def gateway_url():
+    """INSIGHTS_GATEWAY_URL: base URL of an OpenAI-compatible API (e.g. https://host/v1);
+    empty means the embedded local generator."""
+    return _setting("INSIGHTS_GATEWAY_URL", "", env.get_str).strip()
+
+
+def model():
+    """INSIGHTS_MODEL: the model name sent to the gateway."""
+    return _setting("INSIGHTS_MODEL", "gpt-4o-mini", env.get_str).strip()
+
+
+def api_key():
+    """INSIGHTS_API_KEY: sent as a bearer token to the gateway; empty sends none."""
+    return _setting("INSIGHTS_API_KEY", "", env.get_str).strip()
+
+
+def connect_timeout_s():
+    """INSIGHTS_CONNECT_TIMEOUT_SECONDS: how long to wait for the gateway to accept a connection."""
+    return _setting("INSIGHTS_CONNECT_TIMEOUT_SECONDS", 10.0, _number(minimum=0.1))
+
+
+def read_timeout_s():
+    """INSIGHTS_READ_TIMEOUT_SECONDS: how long one generation may take to answer (they are slow)."""
+    return _setting("INSIGHTS_READ_TIMEOUT_SECONDS", 300.0, _number(minimum=0.1))
+
+
+def concurrency():
+    """INSIGHTS_CONCURRENCY: generations running at once across the deployment (seeds the queue)."""
+    return _setting("INSIGHTS_CONCURRENCY", 1, _number(int, minimum=1))
+
+
+def gap_seconds():
+    """INSIGHTS_GAP_SECONDS: least time between two generation starts (seeds the queue)."""
+    return _setting("INSIGHTS_GAP_SECONDS", 20.0, _number())
+
+
+def max_attempts():
+    """INSIGHTS_MAX_ATTEMPTS: attempts of one generation before it is given up (until its cool-down)."""
+    return _setting("INSIGHTS_MAX_ATTEMPTS", 3, _number(int, minimum=1))
+
+
+def retry_after_s():
+    """INSIGHTS_RETRY_AFTER_SECONDS: a given-up generation is tried again, attempts reset, this long
+    after it failed. Read when the kinds are registered (process start)."""
+    return _setting("INSIGHTS_RETRY_AFTER_SECONDS", 1800.0, _number(minimum=1))
+
+
+def prefetch():
+    """INSIGHTS_PREFETCH: queue insights at prefetch priority when new shot data arrives."""
+    return _setting("INSIGHTS_PREFETCH", True, env.get_bool)

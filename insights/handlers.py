@@ -1,0 +1,43 @@
+"""The insight kinds and their policy (imported by every process at start-up).
+
+insights.video_summary     a summary of one video the user holds
+insights.shot_notes        notes on one shot of it
+insights.library_overview  an overview of the user's whole library
+
+All three share the `insights` queue, whose global limit and gap (the Queue
+row, seeded from INSIGHTS_CONCURRENCY and INSIGHTS_GAP_SECONDS) keep the
+gateway to one generation at a time with a pause between them. Attempts are
+set per job at enqueue (INSIGHTS_MAX_ATTEMPTS); the cool-down after which a
+given-up insight is tried again is read here, when a process starts.
+"""
+
+from insights import conf, services
+from insights.models import InsightKind
+from jobs.registry import kind
+
+
+def _unique(payload, owner):
+    return f"insight:{payload['insight']}"
+
+
+def _timeout_s(payload):
+    # The gateway's own timeouts end a hung call first; this is the engine's backstop.
+    return conf.connect_timeout_s() + conf.read_timeout_s() + 30
+
+
+POLICY = {
+    "queue": conf.QUEUE,
+    "priority": conf.PREFETCH,
+    "max_attempts": conf.max_attempts(),
+    "cooldown_s": conf.retry_after_s(),
+    "timeout_s": _timeout_s,
+    "unique_key": _unique,
+}
+
+
+def generate(ctx, payload):
+    return services.insight_generate(ctx, payload["insight"])
+
+
+for _kind in InsightKind:
+    kind(services.job_kind(_kind), **POLICY)(generate)

@@ -1,0 +1,236 @@
+"""Every change to insights, one function each; the reads are in selectors.py.
+
+A request is an enqueue on the engine with the insight's unique key and the
+fingerprint of its data: asking again is idempotent (the live job is
+returned, promoted if asked at a higher tier, never demoted), and a finished
+insight whose data did not change is returned as it is. Nothing here retries,
+waits or limits: the kinds' policy (handlers.py) and the `insights` queue do.
+"""
+
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+
+from insights import conf, data, generators
+from insights.models import Insight, InsightKind, InsightStatus
+from jobs import services as jobs
+from jobs.exceptions import Fail, IllegalTransition
+from jobs.models import Job, JobStatus
+
+log = logging.getLogger(__name__)
+
+TIERS = {"interactive": conf.INTERACTIVE, "prefetch": conf.PREFETCH}
+
+# Kinds with one subject per user: a request drops queued jobs of the same
+# kind for any other subject (a safety net should the subject's spelling
+# ever change, as the seed's "trends" key once did, minting a job per poll).
+SINGLE_SUBJECT = {InsightKind.LIBRARY_OVERVIEW}
+
+# Jobs after whose success new data exists to write about (the CV app's
+# kinds); their payload names the "asset" and, for one clip, the "shot".
+PREFETCH_AFTER = {"downloads.segment", "downloads.analyze"}
+
+
+class SubjectNotFound(Exception):
+    """The user has no such subject (another user's subject reads as absent)."""
+
+
+def is_insight_kind(job_kind):
+    return job_kind.startswith("insights.")
+
+
+def job_kind(kind):
+    """The engine kind that generates insights of `kind`."""
+    return f"insights.{InsightKind(kind).value}"
+
+
+# --- Requests ----------------------------------------------------------------------
+
+
+def insight_request(*, owner, kind, subject, tier="interactive", language=None):
+    """Ask for the insight of (owner, kind, subject) at `tier`; returns the Insight.
+
+    Raises ValueError for an unknown kind or tier, data.SubjectInvalid for a
+    badly spelled subject, SubjectNotFound when the user has no such subject,
+    data.Unavailable when this kind cannot be made here. `language` defaults
+    to the language the insight was last asked in.
+    """
+    kind = InsightKind(kind)
+    if tier not in TIERS:
+        raise ValueError(_("The priority must be “interactive” or “prefetch”, not %(tier)r.")
+                         % {"tier": tier})
+    provider = data.provider(kind)
+    subject = provider.parse(subject)
+    if not provider.exists(owner, subject):
+        raise SubjectNotFound(_("No such subject."))
+    facts = provider.collect(owner, subject)
+    with transaction.atomic():
+        insight, _created = Insight.objects.get_or_create(
+            owner=owner, kind=kind, subject=subject,
+            defaults={"language": language or settings.LANGUAGE_CODE})
+        language = language or insight.language
+        fingerprint = data.fingerprint(facts, language)
+        current = Job.objects.filter(pk=insight.job_id).first() if insight.job_id else None
+        fresh = (insight.generated_at is not None and insight.fingerprint == fingerprint
+                 and (current is None or not current.is_live))
+        if fresh:
+            return insight
+        job = jobs.enqueue(job_kind(kind), {"insight": str(insight.pk)}, owner=owner,
+                           priority=TIERS[tier], fingerprint=fingerprint,
+                           max_attempts=conf.max_attempts(), supersede=kind in SINGLE_SUBJECT)
+        changes = {"job": job, "status": job.status.lower(), "language": language,
+                   "requested_at": timezone.now()}
+        if job.is_live:
+            changes.update(error_code="", error="")
+        Insight.objects.filter(pk=insight.pk).update(**changes)
+        for name, value in changes.items():
+            setattr(insight, name, value)
+    return insight
+
+
+def insights_prefetch(owner, *, asset_id=None, shot_id=None):
+    """Queue, at prefetch priority, what new data for `owner` makes worth writing.
+
+    The library overview always; a video summary when `asset_id` is given,
+    shot notes when `shot_id` is. Queued insight jobs whose subject is gone
+    are dropped first. Returns the insights requested.
+    """
+    insights_drop_vanished(owner)
+    wanted = [(InsightKind.LIBRARY_OVERVIEW, data.LIBRARY)]
+    if asset_id is not None:
+        wanted.append((InsightKind.VIDEO_SUMMARY, asset_id))
+    if shot_id is not None:
+        wanted.append((InsightKind.SHOT_NOTES, shot_id))
+    requested = []
+    for kind, subject in wanted:
+        try:
+            requested.append(insight_request(owner=owner, kind=kind, subject=subject,
+                                             tier="prefetch"))
+        except (SubjectNotFound, data.SubjectInvalid, data.Unavailable):
+            continue
+    return requested
+
+
+def insights_drop_vanished(owner):
+    """Cancel the owner's queued insight jobs whose subject no longer exists; returns how many."""
+    queued = Job.objects.filter(owner=owner, kind__startswith="insights.", status=JobStatus.READY)
+    by_id = {str(job.payload.get("insight")): job for job in queued.only("pk", "payload", "queue")}
+    insights = {str(i.pk): i for i in Insight.objects.filter(pk__in=list(by_id))} if by_id else {}
+    dropped = 0
+    for insight_id, job in by_id.items():
+        insight = insights.get(insight_id)
+        if insight is not None and data.provider(insight.kind).exists(owner, insight.subject):
+            continue
+        try:
+            jobs.cancel(job, reason=_("Superseded: its subject no longer exists."))
+        except IllegalTransition:
+            continue  # claimed meanwhile: the handler will find the subject gone
+        dropped += 1
+    return dropped
+
+
+def prefetch_after_job(job):
+    """After a CV job succeeded, prefetch the insights its new data feeds (a job_finished receiver)."""
+    if job.kind not in PREFETCH_AFTER or job.status != JobStatus.SUCCESSFUL or not conf.prefetch():
+        return
+    payload = job.payload or {}
+    asset_id, shot_id = payload.get("asset"), payload.get("shot")
+    try:
+        if job.owner_id:
+            owners = [job.owner]
+        elif asset_id is not None:
+            owners = _owners_of(asset_id)  # a shared asset's CV job serves everyone holding it
+        else:
+            return
+        for owner in owners:
+            insights_prefetch(owner, asset_id=asset_id, shot_id=shot_id)
+    except Exception:  # noqa: BLE001 - a signal receiver must not fail the job's completion
+        log.exception("prefetching insights after job %s failed", job.pk)
+
+
+def _owners_of(asset_id):
+    from django.contrib.auth import get_user_model
+
+    from downloads.models import Download
+
+    owner_ids = Download.objects.filter(asset_id=asset_id).values("owner_id")
+    return list(get_user_model().objects.filter(pk__in=owner_ids))
+
+
+# --- Retries ---------------------------------------------------------------------------
+
+
+def insight_retry(insight, *, actor=None):
+    """Queue a failed or cancelled insight again now, attempts reset, skipping its cool-down."""
+    job = Job.objects.filter(pk=insight.job_id).first() if insight.job_id else None
+    if job is None:
+        if insight.status not in (InsightStatus.FAILED, InsightStatus.CANCELLED):
+            raise IllegalTransition(_("Only a failed insight can be retried."))
+        # Its job was pruned: a new request makes a new one.
+        return insight_request(owner=insight.owner, kind=insight.kind, subject=insight.subject,
+                               tier="interactive")
+    jobs.retry(job, actor=actor, reason=_("Retried by its owner."))
+    Insight.objects.filter(pk=insight.pk).update(status=InsightStatus.READY, error_code="", error="")
+    insight.status, insight.error_code, insight.error = InsightStatus.READY, "", ""
+    return insight
+
+
+def insights_retry_failed(owner):
+    """Queue every failed insight job of `owner` again, now; returns (retried, skipped)."""
+    failed = Job.objects.filter(owner=owner, kind__startswith="insights.", status=JobStatus.FAILED)
+    retried = skipped = 0
+    for job in failed.only("pk", "queue").order_by("pk"):
+        try:
+            jobs.retry(job, actor=owner, reason=_("Retry failed, asked by its owner."))
+        except IllegalTransition:
+            skipped += 1  # a newer job of the same insight is live, or it changed meanwhile
+            continue
+        Insight.objects.filter(job_id=job.pk).update(status=InsightStatus.READY, error_code="",
+                                                     error="")
+        retried += 1
+    return retried, skipped
+
+
+# --- The job's side ------------------------------------------------------------------
+
+
+def insight_generate(ctx, insight_id):
+    """Generate one insight (the handler's work): read the facts, write the text.
+
+    Runs on a worker, in the language the insight was asked in. A subject
+    that vanished fails at once, before any gateway call.
+    """
+    insight = Insight.objects.select_related("owner").filter(pk=insight_id).first()
+    if insight is None:
+        return {"skipped": "deleted"}  # deleted with its user; nothing to write
+    with translation.override(insight.language):
+        provider = data.provider(insight.kind)
+        if not provider.exists(insight.owner, insight.subject):
+            raise Fail(_("The subject of this insight no longer exists."), code="subject_gone")
+        try:
+            facts = provider.collect(insight.owner, insight.subject)
+        except data.Unavailable as exc:
+            raise Fail(str(exc), code="unavailable") from None
+        fingerprint = data.fingerprint(facts, insight.language)
+        generated = generators.generate(insight.kind, facts, language=insight.language)
+    if ctx.should_stop():
+        return None  # cancelled, paused, lost or timed out meanwhile: the engine records which
+    Insight.objects.filter(pk=insight.pk).update(
+        text=generated.text, fingerprint=fingerprint, generator=generated.generator,
+        model=generated.model, generated_at=timezone.now(), status=InsightStatus.SUCCESSFUL,
+        error_code="", error="")
+    return {"generator": generated.generator, "model": generated.model,
+            "chars": len(generated.text)}
+
+
+def insight_record_outcome(job):
+    """Copy a finished job's final state onto its insight (pruning the job later loses nothing)."""
+    changes = {"status": job.status.lower()}
+    if job.status == JobStatus.SUCCESSFUL:
+        changes.update(error_code="", error="")
+    else:
+        changes.update(error_code=job.error_code or "", error=job.error or "")
+    Insight.objects.filter(job_id=job.pk).update(**changes)
