@@ -20,6 +20,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils.translation import gettext as _
 
 from jobs import conf, files, redisconn, registry, services
+from jobs.exceptions import Fail
 from jobs.models import Job, JobStatus
 from jobs.transport import State, Transport
 
@@ -146,10 +147,18 @@ class Monitor(threading.Thread):
     def ingest(self, job, status):
         policy = registry.get(job.kind).policy
         path = Path(settings.MEDIA_ROOT) / status["result"]
-        data = files.read_json(path)
-        with transaction.atomic():
-            result = policy.ingest(job, data) if policy.ingest else None
-            services.complete(job, result if result is not None else {"result": status["result"]})
+        try:
+            data = files.read_json(path)
+            with transaction.atomic():
+                result = policy.ingest(job, data) if policy.ingest else None
+                services.complete(job, result if result is not None else {"result": status["result"]})
+        except DatabaseError:
+            raise  # the monitor backs off and tries the same ingest again
+        except Exception as exc:  # noqa: BLE001 - a result that cannot be ingested fails the job
+            # Retrying the same document would fail the same way forever.
+            log.exception("CV job %s: result %s could not be ingested", job.pk, path)
+            services.fail(job, error=f"{type(exc).__name__}: {exc}", code=getattr(exc, "code", "ingest"),
+                          exc=exc, retry=not isinstance(exc, (Fail, OSError, ValueError)))
         self.transport.clear(str(job.pk))
         self.forget(job)
 

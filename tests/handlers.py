@@ -163,3 +163,13 @@ def cv_progress(ctx, payload):
 @kind("tests.cv_fail", mode="redis", queue="cv", max_attempts=1, options={"cv_type": "fail"})
 def cv_fail(ctx, payload):
     raise AssertionError("redis-mode jobs run on CV workers, not here")
+
+
+def _refuse(job, data):
+    raise Fail("the result document is not usable", code="bad_result")
+
+
+@kind("tests.cv_bad_result", mode="redis", queue="cv", max_attempts=2,
+      options={"cv_type": "noop"}, ingest=_refuse)
+def cv_bad_result(ctx, payload):
+    raise AssertionError("redis-mode jobs run on CV workers, not here")

@@ -63,3 +63,10 @@ def test_real_redis_and_a_cv_worker_process(run_worker, settings, redis_url, cv_
         job.refresh_from_db()
         assert job.status == JobStatus.SUCCESSFUL, job.error
         assert job.result["result"].startswith(f"cv/{job.pk}/")
+
+
+def test_a_result_that_cannot_be_ingested_fails_the_job_once(run_worker, local_mode):
+    job = services.enqueue("tests.cv_bad_result", {"echo": 1})
+    run_worker(queues=["cv"], timeout=30)
+    job.refresh_from_db()
+    assert (job.status, job.error_code, job.attempts) == (JobStatus.FAILED, "bad_result", 1)
