@@ -440,7 +440,9 @@ class CVWorker:
                 self._beat()
                 self.transport.reap_dead_workers()
                 self._return_orphans()
-            except RedisError as exc:
+            except (RedisError, OSError) as exc:
+                # OSError: the client's socket closed under us (shutdown, a
+                # reset); the heartbeat thread must outlive it like a Redis error.
                 self._log_redis_error(exc, backoff)
                 backoff.failures += 1
             else:

@@ -66,7 +66,7 @@ def status_of(download):
     return fresh(download).current_status
 
 
-def wait_status(download, *statuses, timeout=30):
+def wait_status(download, *statuses, timeout=60):
     wait_for(lambda: status_of(download) in statuses, timeout=timeout, interval=0.1)
     return fresh(download)
 
@@ -203,7 +203,7 @@ def test_pause_keeps_the_partial_and_resume_continues_from_it(worker, origin, us
     url = origin.add_file("/big.mp4", source, throttle_bytes_s=512 * KB)
     download = services.download_submit(owner=user, url=url)
     worker()
-    wait_for(lambda: bytes_done(download) >= 300 * KB, interval=0.1)
+    wait_for(lambda: bytes_done(download) >= 300 * KB, timeout=60, interval=0.1)
     services.download_pause(fresh(download))
     paused = wait_status(download, "paused")
     partial = storage.staging_dir(paused.asset_id) / "media.mp4.part"
@@ -225,8 +225,8 @@ def test_a_drip_fed_origin_is_stopped_as_stalled(worker, origin, user):
     download = services.download_submit(owner=user, url=url)
     # A short stall timeout; a long backoff keeps the retry out of the way.
     worker(DOWNLOADS_STALL_TIMEOUT_S="2", JOBS_BACKOFF_BASE_SECONDS="600")
-    assert origin.stalled.wait(20)
-    wait_for(lambda: fresh(download).job.error_code == "stalled", timeout=20, interval=0.1)
+    assert origin.stalled.wait(60)
+    wait_for(lambda: fresh(download).job.error_code == "stalled", timeout=30, interval=0.1)
     # The worker releases the asset once the killed child is gone.
     wait_for(lambda: fresh(download).asset.state == MediaAsset.State.PENDING, timeout=10)
     row = fresh(download)
