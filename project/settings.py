@@ -92,6 +92,19 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Tests use a file too, so worker subprocesses can share the test database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    # An unreachable server is an error within seconds, not a hang.
+    _options.setdefault("connect_timeout", env.get_number("DATABASE_CONNECT_TIMEOUT", 3, int, minimum=1))
+    # A process frozen inside a transaction (SIGSTOP, a VM pause, a partition)
+    # would keep its row locks, and with them every job of its concurrency
+    # keys, until it woke. PostgreSQL ends such a session after half a lease,
+    # so the recovery bound (lease + rescue interval + poll) holds.
+    _idle_ms = int(env.get_number("JOBS_LEASE_SECONDS", 30.0, minimum=1) * 500)
+    if "idle_in_transaction_session_timeout" not in _options.get("options", ""):
+        _options["options"] = (
+            _options.get("options", "") + f" -c idle_in_transaction_session_timeout={_idle_ms}"
+        ).strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- The queue -----------------------------------------------------------
