@@ -75,12 +75,18 @@ def readyz(request):
 
 
 def cv_workers():
-    """How many CV workers have a live heartbeat (the embedded one counts in local mode)."""
+    """How many CV workers have a live heartbeat; "embedded" in local mode.
+
+    In local mode each runworker runs its own CV worker on an in-process
+    Redis this web process cannot see.
+    """
     import redis
 
     from jobs import redisconn
     from jobs.transport import Transport
 
+    if redisconn.is_local_mode():
+        return "embedded"
     try:
         return len(Transport(redisconn.get_client()).live_workers())
     except redis.RedisError:
