@@ -115,3 +115,25 @@ def _fresh_queue_settings():
     from jobs import claiming
 
     claiming.forget_queue_settings()
+
+
+# --- Loopback HTTP origins for downloads --------------------------------------
+@pytest.fixture
+def origin():
+    """A loopback origin the test admits through the egress policy."""
+    from tests.origin import Origin
+
+    with Origin() as server:
+        yield server
+
+
+@pytest.fixture
+def elsewhere():
+    """A second loopback server that nothing admits: it must never see a request."""
+    from tests import media
+    from tests.origin import Origin
+
+    with Origin() as server:
+        server.add_file("/clip.mp4", media.short_mp4())
+        server.add_folder("/hls", media.hls_rendition())
+        yield server

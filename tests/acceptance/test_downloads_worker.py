@@ -15,7 +15,6 @@ from jobs.childside import has_marker
 from jobs.models import Job, JobStatus
 from tests import media
 from tests.acceptance.conftest import wait_for
-from tests.origin import Origin
 
 pytestmark = pytest.mark.slow
 KB, MB = 1024, 1024 * 1024
@@ -27,21 +26,6 @@ def media_root(tmp_path, settings):
     root.mkdir()
     settings.MEDIA_ROOT = root
     return root
-
-
-@pytest.fixture
-def origin():
-    with Origin() as server:
-        yield server
-
-
-@pytest.fixture
-def elsewhere():
-    """A second loopback server that no setting admits: it must never see a request."""
-    with Origin() as server:
-        server.add_file("/clip.mp4", media.short_mp4())
-        server.add_folder("/hls", media.hls_rendition())
-        yield server
 
 
 @pytest.fixture

@@ -21,27 +21,11 @@ from downloads.errors import (
     UnsupportedURL,
 )
 from tests import media
-from tests.origin import Origin
 
 # Nothing here depends on the database: the SQLite pass skips it.
 pytestmark = pytest.mark.dbless
 
 MB = 1024 * 1024
-
-
-@pytest.fixture
-def origin():
-    with Origin() as server:
-        yield server
-
-
-@pytest.fixture
-def elsewhere():
-    """A second loopback server that no policy admits: it must never see a request."""
-    with Origin() as server:
-        server.add_file("/clip.mp4", media.short_mp4())
-        server.add_folder("/hls", media.hls_rendition())
-        yield server
 
 
 @pytest.fixture
