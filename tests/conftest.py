@@ -137,3 +137,20 @@ def elsewhere():
         server.add_file("/clip.mp4", media.short_mp4())
         server.add_folder("/hls", media.hls_rendition())
         yield server
+
+
+@pytest.fixture
+def media_root(tmp_path, settings):
+    """A MEDIA_ROOT of the test's own (worker subprocesses get it through the settings they copy)."""
+    root = tmp_path / "media"
+    root.mkdir()
+    settings.MEDIA_ROOT = root
+    return root
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing():
+    """Hashing a password costs about a second by design; tests need none of that strength."""
+    from django.conf import settings as django_settings
+
+    django_settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

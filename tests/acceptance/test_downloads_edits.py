@@ -17,12 +17,6 @@ from tests.acceptance.conftest import wait_for
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def media_root(tmp_path, settings):
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return settings.MEDIA_ROOT
-
-
 def holder(name, url):
     """A user with a finished download of the four-shot sample at `url`."""
     owner = get_user_model().objects.create_user(name)

@@ -21,14 +21,6 @@ KB, MB = 1024, 1024 * 1024
 
 
 @pytest.fixture
-def media_root(tmp_path, settings):
-    root = tmp_path / "media"
-    root.mkdir()
-    settings.MEDIA_ROOT = root
-    return root
-
-
-@pytest.fixture
 def worker(spawn_worker, media_root, origin, settings):
     allowed = f"127.0.0.1:{origin.port}"
     settings.DOWNLOADS_EGRESS_ALLOW = allowed  # for submissions made in this process

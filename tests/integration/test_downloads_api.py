@@ -3,7 +3,6 @@
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -14,23 +13,9 @@ from downloads.models import Download, DownloadQuota, MediaAsset
 from jobs import services as jobs
 from jobs.models import ConcurrencyLimit, Job, JobStatus
 
+pytestmark = pytest.mark.usefixtures("media_root")
+
 URL = "https://videos.example.com/watch/clip.mp4"
-
-
-@pytest.fixture
-def user(db):
-    return get_user_model().objects.create_user("alice")  # no password: hashing takes a second
-
-
-@pytest.fixture
-def other_user(db):
-    return get_user_model().objects.create_user("bob")
-
-
-@pytest.fixture(autouse=True)
-def media_root(tmp_path, settings):
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return settings.MEDIA_ROOT
 
 
 def post(client, path, data=None, **headers):

@@ -1,30 +1,15 @@
 """The download pages: the list and its form, the polling row, actions, the player, the file."""
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from downloads import services
 from downloads.models import Download, DownloadQuota, MediaAsset
 from jobs.models import Job, JobStatus
 
+pytestmark = pytest.mark.usefixtures("media_root")
+
 URL = "https://videos.example.com/clip.mp4"
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture
-def user(db):
-    return get_user_model().objects.create_user("alice")  # no password: hashing takes a second
-
-
-@pytest.fixture
-def other_user(db):
-    return get_user_model().objects.create_user("bob")
-
-
-@pytest.fixture(autouse=True)
-def media_root(tmp_path, settings):
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return settings.MEDIA_ROOT
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from downloads.errors import NetworkFailed, QuotaExceeded, Unavailable
 from downloads.models import Download, DownloadQuota, MediaAsset
 from jobs.models import Job, JobStatus
 
+pytestmark = pytest.mark.usefixtures("media_root")
+
 URL = "https://videos.example.com/clip.mp4"
 
 
@@ -23,12 +25,6 @@ def user(db):
 @pytest.fixture
 def other_user(db):
     return get_user_model().objects.create_user("bob")
-
-
-@pytest.fixture(autouse=True)
-def media_root(tmp_path, settings):
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return settings.MEDIA_ROOT
 
 
 def partial(asset_id):
