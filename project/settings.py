@@ -129,6 +129,7 @@ JOBS_QUEUES = {
 REDIS_URL = env.get_redis_url("REDIS_URL")
 
 # --- Accounts -------------------------------------------------------------
+CSRF_FAILURE_VIEW = "core.views.csrf_failure"  # JSON for the API
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

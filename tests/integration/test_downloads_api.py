@@ -48,7 +48,10 @@ def test_a_bearer_token_works_without_csrf(db, user):
 def test_a_session_needs_the_csrf_token(user):
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
-    assert submit(client).status_code == 403
+    refused = submit(client)
+    assert refused.status_code == 403
+    assert refused.json()["error_code"] == "csrf_failed"  # JSON, like every API answer
+    assert client.post("/downloads/", {"url": URL}).status_code == 403  # pages keep Django's
     client.get("/downloads/")  # sets the CSRF cookie, as a page load would
     token = client.cookies["csrftoken"].value
     assert submit(client, headers={"HTTP_X_CSRFTOKEN": token}).status_code == 201
