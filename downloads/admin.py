@@ -16,6 +16,22 @@ class MediaAssetAdmin(admin.ModelAdmin):
     readonly_fields = ["url", "url_digest", "format", "parent", "edit", "state", "holder", "file",
                        "size_bytes", "duration_s", "metadata", "error_code", "error", "created_at",
                        "ready_at", "last_accessed_at"]
+    actions = ["evict_assets"]
+
+    @admin.action(description=_("Evict the selected assets' files (they are fetched again "
+                                "when asked for)"))
+    def evict_assets(self, request, queryset):
+        # Per asset through the service: it skips files a live job or a player still uses.
+        outcomes = [services.asset_evict(pk) for pk in
+                    queryset.filter(state=MediaAsset.State.READY).values_list("pk", flat=True)]
+        evicted = outcomes.count("evicted")
+        self.message_user(request, ngettext(
+            "%(n)d asset evicted.", "%(n)d assets evicted.", evicted) % {"n": evicted},
+            messages.SUCCESS)
+        if len(outcomes) > evicted:
+            self.message_user(request, _(
+                "%(n)d kept: a job or a player is using them, or they changed meanwhile.") % {
+                    "n": len(outcomes) - evicted}, messages.WARNING)
 
 
 @admin.register(Download)

@@ -4,10 +4,13 @@
     POST   /api/downloads/                      {"url": ..., "format": "best"|"audio"|"720p", "name"?}
     GET    /api/downloads/<id>/                 one, with progress and where it stands
     DELETE /api/downloads/<id>/
-    POST   /api/downloads/<id>/{pause,resume,cancel,retry}
+    POST   /api/downloads/<id>/{pause,resume,cancel,retry}   (retry on an evicted one: download again)
     POST   /api/downloads/<id>/segment/         (re-)split the video into shots → 202
     GET    /api/downloads/<id>/shots/           the segment job's state and the shots
     POST   /api/shots/<id>/analyze/             measure one shot → 202
+
+A download's "status" is the engine's state in lower case, or "evicted": it
+had finished, and storage housekeeping deleted the file to make room.
 
 Errors are JSON {"error": sentence, "error_code": code}: 400 bad input, 401
 anonymous (the login middleware), 404 not yours or no such id, 405, 409 an
@@ -196,5 +199,8 @@ def analyze(request, shot_id):
         return error(404, "not_found", _("No such shot."))
     if request.method != "POST":
         return error(405, "method_not_allowed", _("Use POST."))
-    job = shots.shot_analyze(shot, owner=request.user)
+    try:
+        job = shots.shot_analyze(shot, owner=request.user)
+    except IllegalTransition as exc:
+        return error(409, "illegal_transition", str(exc))
     return JsonResponse({"shot": shot.pk, "analysis_job": shots.job_state(job)}, status=202)

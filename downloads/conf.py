@@ -4,6 +4,8 @@ Functions rather than constants so that a test (or an operator editing the
 environment of a child process) sees the value in force at the call.
 """
 
+import re
+
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
@@ -106,3 +108,50 @@ def wall_clock_cap_s():
 def segment_automatically():
     """DOWNLOADS_SEGMENT_AUTOMATICALLY: split every finished video into shots (CV) on its own."""
     return _setting("DOWNLOADS_SEGMENT_AUTOMATICALLY", True, env.get_bool)
+
+
+# --- Storage housekeeping ------------------------------------------------------
+
+BYTE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+BYTE_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?$")
+
+
+def parse_bytes(name, raw):
+    """A size in bytes from `raw`: a whole number, or a number with K, M, G or T (powers of
+    1024, e.g. "10G" or "1.5TiB"). Raises SettingsError naming `name` for anything else."""
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+        return raw
+    match = BYTE_AMOUNT.match(str(raw).strip().upper())
+    if not match:
+        raise env.SettingsError(
+            f"{name} must be a number of bytes, optionally with K, M, G or T (e.g. 10G), "
+            f"not {raw!r}.")
+    number, unit = match.groups()
+    return int(float(number) * BYTE_UNITS[unit])
+
+
+def media_max_bytes():
+    """MEDIA_MAX_BYTES: the most bytes of finished files MEDIA_ROOT may hold before housekeeping
+    evicts the least recently used ones (e.g. 500G); unset or 0 means no cap."""
+    raw = _setting("MEDIA_MAX_BYTES", "", env.get_str)
+    return parse_bytes("MEDIA_MAX_BYTES", raw) if raw not in ("", None) else 0
+
+
+def housekeeping_batch():
+    """DOWNLOADS_HOUSEKEEPING_BATCH: assets one housekeeping query looks at at once."""
+    return _setting("DOWNLOADS_HOUSEKEEPING_BATCH", 100,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+
+
+def housekeeping_max_assets():
+    """DOWNLOADS_HOUSEKEEPING_MAX_ASSETS: most assets one housekeeping run looks at; the next
+    run starts over from the least recently used."""
+    return _setting("DOWNLOADS_HOUSEKEEPING_MAX_ASSETS", 2000,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+
+
+def housekeeping_timeout_s():
+    """DOWNLOADS_HOUSEKEEPING_TIMEOUT_S: the longest one housekeeping run may take; it stops
+    between two assets then. Read when the kinds are registered."""
+    return _setting("DOWNLOADS_HOUSEKEEPING_TIMEOUT_S", 1800.0,
+                    lambda name, default: env.get_number(name, default, minimum=1))

@@ -4,6 +4,7 @@ downloads.fetch     fetch a URL with yt-dlp in a supervised child process
 downloads.edit      cut or extract audio from a ready asset with ffmpeg, likewise
 downloads.segment   split a ready video into shots, on the CV fleet (through Redis)
 downloads.analyze   measure one shot, likewise
+downloads.housekeep storage housekeeping (downloads/housekeeping.py), inline, one at a time
 
 Both carry the owner's concurrency key (the quota's concurrent downloads)
 and the asset's (limit 1 while it is being made, raised once it is ready, so
@@ -12,7 +13,7 @@ spinning). Stall timeouts and the rest are read from settings when this
 module is imported, i.e. when a worker starts.
 """
 
-from downloads import conf, edits, fetch, shots
+from downloads import conf, edits, fetch, housekeeping, shots
 from jobs.registry import kind
 
 
@@ -63,3 +64,21 @@ kind("downloads.segment", unique_key=lambda payload, owner: f"segment:{payload['
      options={"cv_type": "segment"}, ingest=shots.segment_ingest, **CV_POLICY)(_not_here)
 kind("downloads.analyze", unique_key=lambda payload, owner: f"analyze:{payload['shot']}",
      options={"cv_type": "analyze"}, ingest=shots.analyze_ingest, **CV_POLICY)(_not_here)
+
+
+HOUSEKEEP_KIND = "downloads.housekeep"
+
+# Read here, at start-up, only so that a malformed MEDIA_MAX_BYTES stops the
+# process with its sentence instead of failing the first run; each run reads it again.
+conf.media_max_bytes()
+
+
+# Inline: it is database work and unlinks, short per asset. The unique key
+# keeps at most one live run, however many machines' schedules fire it.
+@kind(HOUSEKEEP_KIND, mode="inline", queue="default", max_attempts=2,
+      unique_key=lambda payload, owner: HOUSEKEEP_KIND, timeout_s=conf.housekeeping_timeout_s())
+def housekeep(ctx, payload):
+    def phase(name):
+        ctx.progress(None, phase=name, force=True)
+
+    return housekeeping.run(should_stop=ctx.should_stop, on_phase=phase).as_dict()

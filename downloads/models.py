@@ -92,7 +92,8 @@ class MediaAsset(models.Model):
 
 
 class DownloadStatus(models.TextChoices):
-    """The engine's states in lower case: the words of the JSON API."""
+    """The engine's states in lower case, and one of the download's own: the words of the JSON
+    API."""
 
     READY = "ready", _("Queued")
     RUNNING = "running", _("Downloading")
@@ -100,6 +101,9 @@ class DownloadStatus(models.TextChoices):
     SUCCESSFUL = "successful", _("Finished")
     FAILED = "failed", _("Failed")
     CANCELLED = "cancelled", _("Cancelled")
+    # Not an engine state: it had finished, then storage housekeeping deleted the
+    # file to make room (the job is detached). Out: "download again" (a retry).
+    EVICTED = "evicted", _("Evicted")
 
 
 LIVE = (DownloadStatus.READY, DownloadStatus.RUNNING, DownloadStatus.PAUSED)

@@ -7,7 +7,8 @@ figures, where it stands in the queue and why, and what may be done to it.
 
 from dataclasses import dataclass, field
 
-from django.db.models import Q, Sum
+from django.db.models import Exists, OuterRef, Q, Sum
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
@@ -15,6 +16,7 @@ from downloads import progress, storage
 from downloads.messages import error_message
 from downloads.models import Download, DownloadQuota, DownloadStatus, MediaAsset
 from jobs import selectors as job_selectors
+from jobs.models import LIVE_STATUSES, Job
 
 S = DownloadStatus
 
@@ -75,6 +77,7 @@ ACTIONS = {
     S.SUCCESSFUL: ("delete",),
     S.FAILED: ("retry", "delete"),
     S.CANCELLED: ("retry", "delete"),
+    S.EVICTED: ("retry", "delete"),  # the retry is shown as "Download again"
 }
 
 PHASES = {
@@ -154,3 +157,53 @@ def download_state(download, *, served_kinds=None):
 def served_kinds():
     """Kinds some live worker serves, read once for a whole list of downloads."""
     return job_selectors.live_kinds()
+
+
+# --- Storage housekeeping ----------------------------------------------------------
+
+CV_KINDS = ("downloads.segment", "downloads.analyze")
+A = MediaAsset.State
+
+
+def asset_busy(asset_id):
+    """Why a live job (queued, running or paused) needs the asset's file, or "" when none does:
+    a fetch or edit of it or an edit made from it (through their downloads, an indexed look-up),
+    or a CV job of it (by payload: CV jobs hang off rows that a new segmentation replaces)."""
+    wanted = Download.objects.filter(Q(asset_id=asset_id) | Q(asset__parent_id=asset_id)).live()
+    if wanted.exists():
+        return "live_job"
+    if Job.objects.filter(kind__in=CV_KINDS, status__in=LIVE_STATUSES,
+                          payload__asset=asset_id).exists():
+        return "live_cv_job"
+    return ""
+
+
+def edit_waits_for(asset_id):
+    """Whether an edit of the asset is being made, or may be asked for again (a download of it
+    that has not got its file: failed, cancelled or evicted), so the asset's file must stay."""
+    waiting = Download.objects.filter(asset=OuterRef("pk"))
+    return MediaAsset.objects.filter(parent_id=asset_id).exclude(state=A.READY).filter(
+        Q(state=A.DOWNLOADING) | Exists(waiting)).exists()
+
+
+def unreferenced_assets():
+    """Assets with files on disk that no download refers to, oldest first."""
+    return MediaAsset.objects.filter(state=A.READY).exclude(
+        Exists(Download.objects.filter(asset=OuterRef("pk")))).order_by("pk")
+
+
+def used_at():
+    """When an asset was last used: its last access, else when it became ready."""
+    return Coalesce("last_accessed_at", "ready_at", "created_at")
+
+
+def eviction_order():
+    """Ready assets, least recently used first (ties by id), each with `used_at`."""
+    return MediaAsset.objects.filter(state=A.READY).annotate(used_at=used_at()).order_by(
+        "used_at", "pk")
+
+
+def ready_bytes():
+    """Bytes of finished files under MEDIA_ROOT, as the asset rows record them."""
+    return MediaAsset.objects.filter(state=A.READY).aggregate(
+        total=Sum("size_bytes"))["total"] or 0

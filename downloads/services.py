@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from downloads import selectors, storage
+from downloads import selectors, serving, storage
 from downloads.addresses import validate_url
 from downloads.errors import (
     DownloadFailed,
@@ -155,6 +155,10 @@ def edit_submit(*, owner, source, edit, name=""):
     with transaction.atomic():
         lock_owner(owner)
         _check_queue(owner)
+        # Locked until the edit's job commits: housekeeping then either sees
+        # that job and keeps the file, or evicted it first and we refuse here.
+        if not MediaAsset.objects.select_for_update().filter(pk=parent.pk, state=A.READY).exists():
+            raise IllegalTransition(_("The file to edit is no longer available."))
         asset, _created = MediaAsset.objects.get_or_create(
             parent=parent, edit=edit.spec,
             defaults={"url": parent.url, "url_digest": parent.url_digest,
@@ -203,10 +207,13 @@ def download_cancel(download, *, actor=None):
 
 
 def download_retry(download, *, actor=None):
-    """Another go for a failed or cancelled download, from a clean start."""
+    """Another go for a failed or cancelled download, from a clean start; for an evicted one,
+    "download again": served from the cache if someone fetched the file meanwhile, else
+    fetched (or the edit made) again, under the same quota rules as a new download."""
     status = download.current_status
-    if status not in (S.FAILED, S.CANCELLED):
-        raise IllegalTransition(_("Only a failed or cancelled download can be retried."))
+    if status not in (S.FAILED, S.CANCELLED, S.EVICTED):
+        raise IllegalTransition(
+            _("Only a failed, cancelled or evicted download can be tried again."))
     with transaction.atomic():
         lock_owner(download.owner)
         _check_queue(download.owner)
@@ -215,7 +222,8 @@ def download_retry(download, *, actor=None):
             Download.objects.filter(pk=download.pk).update(
                 status=S.READY, error_code="", error="", finished_at=None)
         else:
-            # Served from the cache without a job (e.g. refused over quota): decide again.
+            # Served from the cache without a job (e.g. refused over quota), or
+            # evicted (its job detached): decide again.
             download.asset = MediaAsset.objects.select_for_update().get(pk=download.asset_id)
             _start(download)
     download.refresh_from_db()
@@ -344,23 +352,99 @@ def asset_drop_partial(asset_id):
 
 
 def asset_collect(asset_id):
-    """Delete the files of an asset no download refers to any more (its row stays, pending)."""
+    """Delete the files of an asset no download refers to any more (its row stays, pending).
+
+    False when something still needs them: a download, a fetch holding the
+    asset, an edit of it being made or waiting to be asked for again, a live
+    job reading it, or a player streaming it (housekeeping comes back later).
+    """
+    return asset_collect_or_skip(asset_id) == "collected"
+
+
+def asset_collect_or_skip(asset_id):
+    """asset_collect, returning "collected" or why not: "gone", "referenced", "edit_waiting",
+    "live_job" / "live_cv_job" or "streaming" (the words of housekeeping's report)."""
     with transaction.atomic():
         asset = MediaAsset.objects.select_for_update().filter(pk=asset_id).first()
-        if asset is None or asset.state == A.DOWNLOADING or asset.downloads.exists():
-            return False
-        if asset.derived.filter(state__in=[A.PENDING, A.DOWNLOADING]).exists():
-            return False  # an edit waiting to be made still needs this file
+        if asset is None:
+            return "gone"
+        if asset.state == A.DOWNLOADING or asset.downloads.exists():
+            return "referenced"
+        if selectors.edit_waits_for(asset_id):
+            return "edit_waiting"
+        busy = selectors.asset_busy(asset_id)
+        if busy:
+            return busy
+        if not _discard_unless_read(asset):
+            return "streaming"
         was_ready = asset.state == A.READY
         MediaAsset.objects.filter(pk=asset_id).update(
             state=A.PENDING, file="", size_bytes=None, ready_at=None, segment_job=None)
-        storage.discard_files(asset_id)
-        from downloads import shots
+        _forget_file_data(asset_id, was_ready=was_ready)
+    return "collected"
 
-        shots.asset_forget_shots(asset_id)  # they describe a file that is gone
-        if was_ready:
-            jobs.set_limit(f"asset:{asset_id}", 1)
-    return True
+
+def asset_evict(asset_id, *, used_at=None):
+    """Delete a ready asset's file to make room; its finished downloads become EVICTED.
+
+    The asset goes back to pending (fetched again, one attempt at a time, when
+    someone asks); its row, title and size stay. `used_at` is when the caller
+    saw it last used: an asset used since then is no longer the least
+    recently used one and is kept. Returns "evicted" or why not: "gone" (not
+    ready any more), "used", "live_job" / "live_cv_job", "streaming".
+    """
+    with transaction.atomic():
+        # The row lock holds off every path that would start using the file
+        # (a new download served from the cache, an edit's submission) until
+        # this commits; they then see a pending asset and fetch it again.
+        asset = MediaAsset.objects.select_for_update().filter(pk=asset_id).first()
+        if asset is None or asset.state != A.READY:
+            return "gone"
+        if used_at is not None and _used_since(asset, used_at):
+            return "used"
+        busy = selectors.asset_busy(asset_id)
+        if busy:
+            return busy
+        if not _discard_unless_read(asset):
+            return "streaming"
+        MediaAsset.objects.filter(pk=asset_id).update(
+            state=A.PENDING, file="", ready_at=None, segment_job=None)
+        _forget_file_data(asset_id, was_ready=True)
+        finished = Q(job__isnull=True, status=S.SUCCESSFUL) | Q(job__status=JobStatus.SUCCESSFUL)
+        Download.objects.filter(finished, asset_id=asset_id).update(
+            job=None, status=S.EVICTED, error_code="", error="")
+    return "evicted"
+
+
+def _used_since(asset, used_at):
+    latest = asset.last_accessed_at or asset.ready_at or asset.created_at
+    return latest > used_at
+
+
+def _discard_unless_read(asset):
+    """Delete the asset's files unless a player is streaming the finished one (False then)."""
+    try:
+        path = storage.absolute(asset.file) if asset.file else None
+    except ValueError:
+        path = None
+    if path is None:
+        storage.discard_files(asset.pk)
+        return True
+    # The exclusive lock is taken without waiting, under the asset's row lock:
+    # a stream that holds the file makes us skip it, and one that starts
+    # between this check and the unlink cannot, since the lock spans both.
+    with serving.unless_read(path) as free:
+        if free:
+            storage.discard_files(asset.pk)
+    return free
+
+
+def _forget_file_data(asset_id, *, was_ready):
+    from downloads import shots
+
+    shots.asset_forget_shots(asset_id)  # they describe a file that is gone
+    if was_ready:
+        jobs.set_limit(f"asset:{asset_id}", 1)
 
 
 def asset_touch_if_stale(asset_id, *, every_s=3600):
@@ -389,5 +473,6 @@ __all__ = [
     "download_cancel", "download_retry", "download_delete", "download_record_outcome",
     "download_succeeded", "quota_save", "quota_check", "asset_claim", "asset_release",
     "asset_ready", "asset_touch", "asset_forget", "asset_drop_partial", "asset_collect",
+    "asset_collect_or_skip", "asset_evict",
     "job_error_for", "DownloadQuota",
 ]

@@ -44,11 +44,21 @@ def _folder(job_id):
 
 def asset_segment(asset, *, owner=None):
     """Queue (again) the split of a ready video into shots; returns the job."""
-    if asset.state != MediaAsset.State.READY or not asset.is_video:
-        raise IllegalTransition(_("Only a finished video can be split into shots."))
-    job = jobs.enqueue(SEGMENT_KIND, {"asset": asset.pk, "file": asset.file}, owner=owner)
-    MediaAsset.objects.filter(pk=asset.pk).update(segment_job=job)
+    with transaction.atomic():
+        # The asset's row lock orders this against housekeeping's eviction:
+        # either the job is queued first (and eviction sees it and keeps the
+        # file), or the file is gone first and this refuses.
+        ready = _lock_ready(asset)
+        if ready is None or not ready.is_video:
+            raise IllegalTransition(_("Only a finished video can be split into shots."))
+        job = jobs.enqueue(SEGMENT_KIND, {"asset": ready.pk, "file": ready.file}, owner=owner)
+        MediaAsset.objects.filter(pk=ready.pk).update(segment_job=job)
     return job
+
+
+def _lock_ready(asset):
+    return MediaAsset.objects.select_for_update().filter(
+        pk=asset.pk, state=MediaAsset.State.READY).first()
 
 
 def asset_segment_if_wanted(asset_id, *, owner=None):
@@ -60,11 +70,14 @@ def asset_segment_if_wanted(asset_id, *, owner=None):
 
 def shot_analyze(shot, *, owner=None):
     """Queue the measurement of one shot (at most one live job per shot); returns the job."""
-    asset = shot.asset
-    job = jobs.enqueue(ANALYZE_KIND, {
-        "shot": shot.pk, "asset": asset.pk, "file": asset.file,
-        "start_s": shot.start_s, "end_s": shot.end_s}, owner=owner)
-    Shot.objects.filter(pk=shot.pk).update(analysis_job=job)
+    with transaction.atomic():
+        asset = _lock_ready(shot.asset)  # against eviction, as in asset_segment
+        if asset is None:
+            raise IllegalTransition(_("The video file is gone; download it again to analyse it."))
+        job = jobs.enqueue(ANALYZE_KIND, {
+            "shot": shot.pk, "asset": asset.pk, "file": asset.file,
+            "start_s": shot.start_s, "end_s": shot.end_s}, owner=owner)
+        Shot.objects.filter(pk=shot.pk).update(analysis_job=job)
     return job
 
 

@@ -9,6 +9,7 @@ from django.test import Client
 from downloads import services, shots, storage
 from downloads.models import Download, MediaAsset, Shot
 from jobs import redisconn
+from jobs.exceptions import IllegalTransition
 from jobs.models import Job, JobStatus
 from tests import media
 
@@ -138,3 +139,18 @@ def test_an_unfinished_or_audio_download_has_no_shots(local_mode, owner, client_
     response = client_of.post(f"/api/downloads/{audio.pk}/segment/")
     assert response.status_code == 409
     assert "finished video" in response.json()["error"]
+
+
+def test_no_cv_job_is_queued_on_a_file_evicted_meanwhile(video, owner, run_worker):
+    shots.asset_segment(video.asset)
+    run_worker(queues=["cv"], timeout=60)
+    shot = Shot.objects.select_related("asset").filter(asset=video.asset).first()
+    asset = MediaAsset.objects.get(pk=video.asset_id)  # read while still ready
+    # Housekeeping evicts the file between the page's read and the click.
+    assert services.asset_evict(asset.pk) == "evicted"
+    before = Job.objects.filter(kind__in=["downloads.segment", "downloads.analyze"]).count()
+    with pytest.raises(IllegalTransition):
+        shots.asset_segment(asset, owner=owner)
+    with pytest.raises(IllegalTransition):
+        shots.shot_analyze(shot, owner=owner)
+    assert Job.objects.filter(kind__in=["downloads.segment", "downloads.analyze"]).count() == before
