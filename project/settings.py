@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "jobs",
     "downloads",
     "insights",
+    "subscriptions",
 ]
 
 MIDDLEWARE = [

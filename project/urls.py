@@ -17,4 +17,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("downloads.urls")),
     path("", include("insights.urls")),
+    path("", include("subscriptions.urls")),
 ]
