@@ -214,8 +214,8 @@ def main():
 
             owner = get_user_model().objects.create_user("bench")
             DownloadQuota.objects.create(user=owner, unlimited=True)
-            worker = subprocess.Popen([sys.executable, "manage.py", "runworker", "--queues",
-                                       "downloads"], cwd=ROOT, env=dict(os.environ),
+            worker = subprocess.Popen([sys.executable, "manage.py", "runworker",
+                                       "--no-scheduler", "--queues", "downloads"], cwd=ROOT, env=dict(os.environ),
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_for_worker()
             origin.add_file("/big.mp4", source)

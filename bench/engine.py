@@ -88,7 +88,7 @@ def enqueue_measured(url, *, users=None):
 
 
 def run_worker_until_measured_done(url, scratch):
-    worker = subprocess.Popen([sys.executable, "manage.py", "runworker"], cwd=ROOT,
+    worker = subprocess.Popen([sys.executable, "manage.py", "runworker", "--no-scheduler"], cwd=ROOT,
                               env=env_for(url, scratch), stdout=subprocess.DEVNULL)
     try:
         with psycopg.connect(url, autocommit=True) as conn:

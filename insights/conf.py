@@ -76,3 +76,8 @@ def retry_after_s():
 def prefetch():
     """INSIGHTS_PREFETCH: queue insights at prefetch priority when new shot data arrives."""
     return _setting("INSIGHTS_PREFETCH", True, env.get_bool)
+
+
+def backfill_active_days():
+    """Users who logged in or downloaded within this many days get the daily overview backfill."""
+    return _setting("INSIGHTS_BACKFILL_ACTIVE_DAYS", 30, _number(int, minimum=1))

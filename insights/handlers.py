@@ -3,6 +3,7 @@
 insights.video_summary     a summary of one video the user holds
 insights.shot_notes        notes on one shot of it
 insights.library_overview  an overview of the user's whole library
+insights.backfill          ask for every active user's overview (the daily schedule)
 
 All three share the `insights` queue, whose global limit and gap (the Queue
 row, seeded from INSIGHTS_CONCURRENCY and INSIGHTS_GAP_SECONDS) keep the
@@ -11,7 +12,7 @@ set per job at enqueue (INSIGHTS_MAX_ATTEMPTS); the cool-down after which a
 given-up insight is tried again is read here, when a process starts.
 """
 
-from insights import conf, services
+from insights import backfill, conf, services
 from insights.models import InsightKind
 from jobs.registry import kind
 
@@ -41,3 +42,9 @@ def generate(ctx, payload):
 
 for _kind in InsightKind:
     kind(services.job_kind(_kind), **POLICY)(generate)
+
+
+# Not on the insights queue: it only asks for overviews, the generations queue there.
+@kind("insights.backfill", unique_key=lambda payload, owner: "insights.backfill", max_attempts=3)
+def backfill_overviews(ctx, payload):
+    return backfill.run(ctx)

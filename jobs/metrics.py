@@ -199,6 +199,25 @@ def recent_retries(since):
     return dict(rows.order_by().values_list("job__kind").annotate(n=Count("pk")))
 
 
+def schedule_lateness(now):
+    """{schedule name: seconds its next run is overdue (0 when not yet due)}, enabled ones only."""
+    from django_q.models import Schedule
+
+    return {
+        name or str(pk): max(0.0, (now - next_run).total_seconds()) if next_run else 0.0
+        for pk, name, next_run in Schedule.objects.exclude(repeats=0).values_list(
+            "pk", "name", "next_run")
+    }
+
+
+def recent_schedule_failures(since):
+    """{schedule name: firings that raised within the window} (django-q2 names a firing's group so)."""
+    from django_q.models import Failure
+
+    rows = Failure.objects.filter(stopped__gte=since)
+    return dict(rows.order_by().values_list("group").annotate(n=Count("pk")))
+
+
 # --- The collector and the view ---------------------------------------------
 
 
@@ -264,6 +283,20 @@ class QueueCollector(Collector):
             for kind, n in sorted(values.items()):
                 family.add_metric([kind], n)
             yield family
+
+        late = GaugeMetricFamily(
+            "haulage_schedule_overdue_seconds",
+            "How far past its time each enabled schedule is; growing means no scheduler is running.",
+            labels=["schedule"])
+        for name, seconds in sorted(schedule_lateness(now).items()):
+            late.add_metric([name], seconds)
+        yield late
+        failed = GaugeMetricFamily(
+            "haulage_recent_schedule_failures",
+            "Schedule firings that raised within the recent window.", labels=["schedule"])
+        for name, n in sorted(recent_schedule_failures(since).items()):
+            failed.add_metric([name or ""], n)
+        yield failed
 
 
 # auto_describe off: registering must not query the database at import time.

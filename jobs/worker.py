@@ -46,7 +46,7 @@ class Running:
 
 class Worker:
     def __init__(self, *, queues=None, concurrency=20, burst=False, max_jobs=None,
-                 name=None, kinds=None):
+                 name=None, kinds=None, companions=()):
         self.queues = list(queues) if queues else registry.queues()
         self.concurrency = concurrency
         self.burst = burst
@@ -68,6 +68,9 @@ class Worker:
         self.tasks = queue_module.SimpleQueue()  # (entry, target) for executor threads
         self.executors = []
         self.idle_executors = 0
+        # Roles that live as long as the worker serves (the scheduler): each
+        # has start() and stop(), and starts once the schema is in place.
+        self.companions = list(companions)
 
     # --- life -------------------------------------------------------------
 
@@ -77,6 +80,8 @@ class Worker:
             return 1
         self.register()
         services.ensure_queues()
+        for companion in self.companions:
+            companion.start()
         wakeup.subscribe(jobs=self.wake, stop=self.stop_check)
         if any(registry.get(k).policy.mode == "redis" for k in self.kinds) and redisconn.is_local_mode():
             self.cv_monitor()  # local mode: the embedded CV worker starts with the runworker
@@ -93,6 +98,8 @@ class Worker:
             self.shutdown()
         finally:
             self.exited.set()
+            for companion in self.companions:
+                companion.stop()
             wakeup.unsubscribe(jobs=self.wake, stop=self.stop_check)
             self.completions.put(None)
             completer.join(10)

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "django_q",
     "core",
     "jobs",
     "downloads",
@@ -124,6 +125,31 @@ JOBS_QUEUES = {
         "concurrency": env.get_number("INSIGHTS_CONCURRENCY", 1, int, minimum=1),
         "gap_seconds": env.get_number("INSIGHTS_GAP_SECONDS", 20.0, minimum=0),
     },
+}
+
+# --- Schedules (django-q2) -----------------------------------------------------
+# django-q2 only fires schedules: each scheduled function is short and enqueues
+# Haulage jobs, so the heavy work keeps the engine's guarantees. Its ORM broker
+# needs no extra server; `runworker` supervises one cluster per machine (or run
+# `manage.py qcluster` apart). Every cluster may look for due schedules: a
+# schedule's row is locked while it fires, so it fires once per period.
+_SCHEDULE_TIMEOUT_S = env.get_number("SCHEDULER_TASK_TIMEOUT_SECONDS", 300, int, minimum=10)
+Q_CLUSTER = {
+    "name": "haulage",
+    "orm": "default",
+    "workers": 1,
+    "recycle": 100,
+    "timeout": _SCHEDULE_TIMEOUT_S,
+    "retry": _SCHEDULE_TIMEOUT_S + 60,  # never hand a firing to a second worker while it runs
+    "max_attempts": 1,  # a failed firing is recorded; the next period fires again
+    "ack_failures": True,
+    "save_limit": env.get_number("SCHEDULER_SAVE_LIMIT", 200, int, minimum=0),
+    "catch_up": False,  # after downtime, fire once, not once per missed period
+    "poll": 1,
+    # How often the cluster checks its processes; it looks for due schedules
+    # every max(30 s, this) (django-q2's cadence), the first time after as long.
+    "guard_cycle": env.get_number("SCHEDULER_GUARD_CYCLE_SECONDS", 0.5, minimum=0.1),
+    "label": _("Schedules"),
 }
 
 # --- Redis (unset = embedded local mode) ----------------------------------

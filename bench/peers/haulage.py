@@ -63,7 +63,7 @@ class HaulagePeer(Peer):
         return Job.objects.exclude(status=JobStatus.SUCCESSFUL).count()
 
     def worker_argv(self):
-        return [python(), "manage.py", "runworker"]
+        return [python(), "manage.py", "runworker", "--no-scheduler"]
 
     def close(self):
         from django.db import connections

@@ -29,10 +29,11 @@ def spawn_worker(transactional_db, tmp_path):
     """Start real `manage.py runworker` processes on the test database; all are killed afterwards."""
     procs = []
 
-    def spawn(*args, env=None):
+    def spawn(*args, env=None, scheduler=False):
         log = open(tmp_path / f"worker-{len(procs)}.log", "w")
+        role = [] if scheduler else ["--no-scheduler"]  # most tests are about the queue alone
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runworker", *args],
+            [sys.executable, "manage.py", "runworker", *role, *args],
             cwd=ROOT,
             env={**os.environ, "DATABASE_URL": database_url(connection),
                  "JOBS_HANDLER_MODULES": "tests.handlers", **FAST, **(env or {})},

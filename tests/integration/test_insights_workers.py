@@ -30,7 +30,7 @@ def spawn_worker(transactional_db, tmp_path):
         log_path = tmp_path / f"worker-{len(procs)}.log"
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
-                [sys.executable, "manage.py", "runworker", *args], cwd=ROOT,
+                [sys.executable, "manage.py", "runworker", "--no-scheduler", *args], cwd=ROOT,
                 env={**os.environ, "DATABASE_URL": database_url(connection), **FAST, **env},
                 stdout=log, stderr=subprocess.STDOUT)
         proc.output = log_path.read_text

@@ -155,3 +155,24 @@ def test_the_bearer_token_opens_the_scrape_through_the_rest_of_the_stack(client,
     monkeypatch.setenv("METRICS_TOKEN", "s3cret-metrics")
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
     scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-metrics")
+
+
+def test_overdue_schedules_and_failed_firings_show(client):
+    from django_q.models import Schedule, Task
+
+    Schedule.objects.all().delete()
+    now = timezone.now()
+    Schedule.objects.create(name="late", func="tests.scheduled.note", schedule_type="I",
+                            minutes=1, next_run=now - timedelta(minutes=10))
+    Schedule.objects.create(name="on time", func="tests.scheduled.note", schedule_type="I",
+                            minutes=1, next_run=now + timedelta(minutes=1))
+    Schedule.objects.create(name="disabled", func="tests.scheduled.note", schedule_type="I",
+                            minutes=1, repeats=0, next_run=now - timedelta(days=1))
+    Task.objects.create(id="a" * 32, name="x", func="tests.scheduled.explode", group="late",
+                        started=now - timedelta(seconds=5), stopped=now, success=False)
+    families = scrape(client)
+    late = samples(families["haulage_schedule_overdue_seconds"])
+    assert set(late) == {(("schedule", "late"),), (("schedule", "on time"),)}
+    assert 590 < late[(("schedule", "late"),)] < 700
+    assert late[(("schedule", "on time"),)] == 0
+    assert samples(families["haulage_recent_schedule_failures"]) == {(("schedule", "late"),): 1}

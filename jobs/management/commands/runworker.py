@@ -3,6 +3,7 @@ import logging
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import registry
+from jobs.scheduler import SchedulerRole
 from jobs.worker import Worker, install_signal_handlers
 
 
@@ -30,8 +31,13 @@ class Command(BaseCommand):
                             help="name recorded on jobs and in the admin (default: host:pid)")
         parser.add_argument("--kinds", default=None,
                             help="comma-separated kinds to serve (default: every registered kind)")
+        parser.add_argument("--no-scheduler", action="store_true",
+                            help="do not start the scheduler role (django-q2's cluster firing "
+                                 "schedules); run `manage.py qcluster` apart, or let other "
+                                 "runworkers do it. Implied by --burst and --max-jobs")
 
-    def handle(self, *args, queues, concurrency, burst, max_jobs, worker_id, kinds, **options):
+    def handle(self, *args, queues, concurrency, burst, max_jobs, worker_id, kinds, no_scheduler,
+               **options):
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1.")
         if max_jobs is not None and max_jobs < 1:
@@ -49,6 +55,8 @@ class Command(BaseCommand):
             max_jobs=max_jobs,
             name=worker_id,
             kinds=wanted or None,
+            # A worker meant to exit soon is no place for a long-lived role.
+            companions=[] if no_scheduler or burst or max_jobs else [SchedulerRole()],
         )
         install_signal_handlers(worker)
         if worker.run():

@@ -1,0 +1,14 @@
+"""The engine's own job kinds (imported by every process at start-up).
+
+jobs.prune   delete finished jobs older than JOBS_PRUNE_AFTER (the `prunejobs` command's
+             work), fired by the "Prune job history" schedule
+"""
+
+from jobs import prune
+from jobs.registry import kind
+
+
+@kind("jobs.prune", unique_key=lambda payload, owner: "jobs.prune", max_attempts=3)
+def prune_history(ctx, payload):
+    pruned = prune.prune_finished(prune.prune_after())
+    return {"jobs": pruned.jobs, "events": pruned.events, "batches": pruned.batches}
