@@ -82,3 +82,23 @@ def test_the_backfill_asks_for_active_users_overviews_at_prefetch_priority(run_w
     insight_schedules.backfill_overviews()
     run_worker(kinds=["insights.backfill"])
     assert Job.objects.filter(kind="insights.library_overview").count() == 1
+
+
+def test_staff_see_and_disable_schedules_in_the_admin(client, staff_user):
+    Schedule.objects.all().delete()
+    defaults.create(apps, None)
+    client.force_login(staff_user)
+    listing = client.get("/admin/django_q/schedule/")
+    assert listing.status_code == 200
+    assert "Storage housekeeping" in listing.content.decode()
+
+    housekeeping = Schedule.objects.get(func="downloads.scheduled.housekeeping")
+    url = f"/admin/django_q/schedule/{housekeeping.pk}/change/"
+    form = client.get(url).context["adminform"].form
+    data = {name: form[name].value() for name in form.fields if form[name].value() is not None}
+    data.update(repeats=0, next_run_0=housekeeping.next_run.strftime("%Y-%m-%d"),
+                next_run_1=housekeeping.next_run.strftime("%H:%M:%S"))
+    response = client.post(url, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    housekeeping.refresh_from_db()
+    assert housekeeping.repeats == 0  # disabled: django-q2 never fires it again
