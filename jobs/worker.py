@@ -29,6 +29,10 @@ from jobs.models import Worker as WorkerRow
 
 log = logging.getLogger("jobs.worker")
 
+# Pauses before trying a failed completion batch again; the jobs' leases are
+# still renewed meanwhile, so these add up to far less than a lease.
+COMPLETION_RETRY_PAUSES_S = (0.1, 0.5, 2.0)
+
 
 class Running:
     """A job this worker holds: its row as claimed, its context, its thread."""
@@ -269,8 +273,17 @@ class Worker:
         if not batch:
             return
         # Each was still RUNNING under our lease when its handler returned; the
-        # guarded UPDATE drops any whose lease was lost since.
-        result = execution.guarded(services.complete_many, [(e.job, value) for e, value in batch])
+        # guarded UPDATE drops any whose lease was lost since. That guard also
+        # makes a second try safe when the first one's connection broke (a
+        # terminated session, a failover), even if it committed and only the
+        # reply was lost: finished work is not run again for want of a retry.
+        pairs = [(e.job, value) for e, value in batch]
+        result = execution.guarded(services.complete_many, pairs)
+        for pause_s in COMPLETION_RETRY_PAUSES_S:
+            if result is not None or self.hurry.is_set():
+                break
+            time.sleep(pause_s)
+            result = execution.guarded(services.complete_many, pairs)
         if result is None:
             log.warning("%d completions not recorded; their leases will expire and they run again",
                         len(batch))

@@ -138,3 +138,29 @@ def test_an_idle_worker_wakes_on_notify_not_at_the_next_poll(fast_engine):
     finally:
         worker.request_stop()
         thread.join(15)
+
+
+@pytest.mark.postgres
+def test_a_completion_batch_whose_session_died_is_recorded_on_a_fresh_one(run_worker, monkeypatch,
+                                                                         tmp_path):
+    from django.db import connection
+
+    real = services.complete_many
+    broken = []
+
+    def session_dies_first(pairs):
+        if not broken:
+            broken.append(len(pairs))
+            connection.connection.close()  # as a terminated session or a failover would
+        return real(pairs)
+
+    monkeypatch.setattr(services, "complete_many", session_dies_first)
+    ledger = tmp_path / "ledger"
+    jobs = [services.enqueue("tests.ledger", {"ledger": str(ledger)}) for _ in range(3)]
+    run_worker()
+    assert broken, "the fault was never injected"
+    for job in jobs:
+        job.refresh_from_db()
+        assert (job.status, job.attempts) == (JobStatus.SUCCESSFUL, 1)
+    # Recorded, not left to expire and run again.
+    assert sum(line.startswith("start") for line in ledger.read_text().splitlines()) == 3
