@@ -82,8 +82,9 @@ class Worker:
         """Serve until told to stop (a signal, --burst, --max-jobs, or staff's "stop")."""
         if not self.wait_for_migrations():
             return 1
-        self.register()
-        services.ensure_queues()
+        if not self.start_up():
+            self.unregister()
+            return 1
         for companion in self.companions:
             companion.start()
         wakeup.subscribe(jobs=self.wake, stop=self.stop_check)
@@ -441,6 +442,20 @@ class Worker:
             WorkerRow.objects.filter(pk=self.row.pk).update(stopped_at=Now())
         except (DatabaseError, AttributeError):
             pass
+
+    def start_up(self):
+        """Register and seed the queues, riding out a database that drops us meanwhile."""
+        while not self.stopping.is_set():
+            try:
+                if self.row is None:
+                    self.register()
+                services.ensure_queues()
+                return True
+            except DatabaseError as exc:
+                log.warning("start-up interrupted (%s); trying again", exc.__class__.__name__)
+                self.reset_connection()
+                self.stopping.wait(1.0)
+        return False
 
     def wait_for_migrations(self):
         """Wait for the schema instead of crash-looping while a deploy migrates."""

@@ -164,3 +164,25 @@ def test_a_completion_batch_whose_session_died_is_recorded_on_a_fresh_one(run_wo
         assert (job.status, job.attempts) == (JobStatus.SUCCESSFUL, 1)
     # Recorded, not left to expire and run again.
     assert sum(line.startswith("start") for line in ledger.read_text().splitlines()) == 3
+
+
+@pytest.mark.postgres
+def test_a_session_that_dies_during_start_up_does_not_stop_the_worker(run_worker, monkeypatch):
+    from django.db import connection
+
+    real = services.ensure_queues
+    broken = []
+
+    def session_dies_first():
+        if not broken:
+            broken.append(True)
+            connection.connection.close()
+        return real()
+
+    monkeypatch.setattr(services, "ensure_queues", session_dies_first)
+    job = services.enqueue("tests.echo", {"i": 1})
+    worker = run_worker()
+    assert broken
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCESSFUL
+    assert WorkerRow.objects.filter(name=worker.name).count() == 1  # registered once
