@@ -32,12 +32,16 @@ log = logging.getLogger("jobs.worker")
 # Pauses before trying a failed completion batch again; the jobs' leases are
 # still renewed meanwhile, so these add up to far less than a lease.
 COMPLETION_RETRY_PAUSES_S = (0.1, 0.5, 2.0)
+# How long a process-mode child whose job is no longer ours may take to exit
+# on its own before it is stopped (a stale one stays at most this much longer).
+LOST_CHILD_GRACE_S = 1.0
 
 
 class Running:
     """A job this worker holds: its row as claimed, its context, its thread."""
 
-    __slots__ = ("job", "ctx", "thread", "timeout_s", "released", "child")  # thread: its executor
+    # thread: its executor; lost_at: when a renewal first missed a child's job
+    __slots__ = ("job", "ctx", "thread", "timeout_s", "released", "child", "lost_at")
 
     def __init__(self, job, ctx, timeout_s):
         self.job = job
@@ -46,6 +50,7 @@ class Running:
         self.timeout_s = timeout_s
         self.released = False
         self.child = None  # the supervised process of a process-mode job
+        self.lost_at = None
 
 
 class Worker:
@@ -306,6 +311,7 @@ class Worker:
                 now = time.monotonic()
                 self.route_stop_requests()
                 self.enforce_timeouts()
+                self.stop_lost_children()
                 if now >= next_beat:
                     self.beat()
                     next_beat = now + conf.JOBS_HEARTBEAT_SECONDS
@@ -338,8 +344,22 @@ class Worker:
         jobs = [r.job for r in held]
         kept = services.renew_leases(self.row, jobs)
         for entry in held:
-            if entry.job.pk not in kept:
+            if entry.job.pk in kept:
+                continue
+            if entry.child is None:
                 entry.ctx.request_stop("lease_lost")
+            elif entry.lost_at is None:
+                # A child records its own outcome and then exits, which takes
+                # its interpreter a moment: give it that before calling the
+                # lease lost and stopping it (see stop_lost_children).
+                entry.lost_at = time.monotonic()
+
+    def stop_lost_children(self):
+        with self.lock:
+            late = [r for r in self.running.values() if r.lost_at is not None
+                    and time.monotonic() - r.lost_at >= LOST_CHILD_GRACE_S]
+        for entry in late:
+            entry.ctx.request_stop("lease_lost")
 
     def route_stop_requests(self):
         with self.lock:

@@ -113,3 +113,23 @@ def test_sigterm_stops_four_children_and_requeues_each_once(spawn_worker, tmp_pa
         r = row(job)
         assert (r.status, r.attempts) == (JobStatus.READY, 0)
         assert list(r.events.values_list("kind", flat=True)) == ["requeued"]
+
+
+def test_a_child_whose_lease_went_elsewhere_is_stopped_and_writes_nothing(spawn_worker, tmp_path):
+    import uuid
+
+    ledger = Ledger(tmp_path / "ledger")
+    job = services.enqueue("tests.proc_sleep", {"ledger": str(ledger.path), "seconds": 60})
+    spawn_worker()
+    wait_for(lambda: ledger.events("start", job.pk))
+    [pid] = pids_of(ledger, job)
+    # As if the lease had expired and another worker had claimed the job.
+    elsewhere = uuid.uuid4()
+    Job.objects.filter(pk=job.pk).update(lease_token=elsewhere)
+    stolen_at = time.monotonic()
+    wait_for(lambda: not alive(pid), timeout=20)
+    # heartbeat 1 s + the exit grace 1 s + TERM-to-KILL grace 1 s, plus bookkeeping.
+    assert time.monotonic() - stolen_at < 1 + 1 + 1 + 3
+    current = row(job)
+    assert (current.status, current.lease_token) == (JobStatus.RUNNING, elsewhere)
+    assert not ledger.events("commit", job.pk)
