@@ -234,7 +234,8 @@ class Fleet:
 
         with open(log_path, "w") as out:
             proc = subprocess.Popen(
-                [sys.executable, "manage.py", "runworker", "--concurrency", str(config.concurrency),
+                [sys.executable, "manage.py", "runworker", "--no-scheduler",
+                 "--concurrency", str(config.concurrency),
                  "--worker-id", f"chaos-{slot}-{generation}", "--queues", kinds.QUEUE,
                  "--kinds", ",".join(kinds.KINDS)],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
