@@ -112,9 +112,10 @@ def registered_types():
 class JobContext:
     """What a handler gets besides its payload: progress, stop requests, a folder."""
 
-    def __init__(self, worker, message):
+    def __init__(self, worker, message, taker=None):
         self._worker = worker
         self.message = message
+        self.taker = taker  # the value of the seen key this delivery won
         self.job_id = message.job_id
         self.attempt = message.attempt
         self.work_dir = Path(settings.MEDIA_ROOT) / "cv" / message.job_id
@@ -333,7 +334,7 @@ class CVWorker:
             if claim is None:
                 return  # stopping with Redis away: the reaper returns the message later
             if claim is Claim.RUN:
-                self._run(message)
+                self._run(message, taker)
                 return
             logger.info("not running job %s attempt %d: %s", message.job_id, message.attempt, claim)
             status = None
@@ -347,8 +348,8 @@ class CVWorker:
                                   message.job_id, message.attempt)
             self._retry(self.transport.dead_letter, raw, error, self.worker_id)
 
-    def _run(self, message):
-        ctx = JobContext(self, message)
+    def _run(self, message, taker=None):
+        ctx = JobContext(self, message, taker)
         with self._lock:
             self._running[id(ctx)] = ctx
         try:
@@ -430,6 +431,16 @@ class CVWorker:
             "jobs": [ctx.job_id for ctx in running], "beat_at": time.time(),
         }
         self.transport.beat(self.worker_id, info, [ctx.job_id for ctx in running])
+        reminders = []
+        for ctx in running:
+            with ctx.lock:
+                if ctx.outcome is None and ctx.taker is not None:
+                    reminders.append((ctx.message, ctx.taker, dict(ctx.status)))
+        # After a Redis restart that lost everything, within one beat: until
+        # then the engine waits (CV_HEARTBEAT_TTL_S) before it sends them again.
+        for job_id in self.transport.remind(self.worker_id, reminders):
+            logger.warning("CV worker %s: Redis had forgotten running job %s; registered it again",
+                           self.worker_id, job_id)
         return True
 
     def _heartbeat_loop(self):

@@ -22,13 +22,16 @@ from django.utils.translation import gettext as _
 from jobs import conf, files, redisconn, registry, services
 from jobs.exceptions import Fail
 from jobs.models import Job, JobStatus
-from jobs.transport import State, Transport
+from jobs.transport import State, Transport, result_path
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
 # Redis outages requeue a claimed job after this delay, without spending an attempt.
 UNAVAILABLE_RETRY_S = 5.0
+# After a publish failed, further claimed jobs go back without trying for this long: each
+# try against a stalled Redis costs a whole socket timeout.
+UNAVAILABLE_SKIP_S = 1.0
 
 
 def cv_type(job):
@@ -43,26 +46,35 @@ class Monitor(threading.Thread):
         self.worker = worker
         self.inflight = {}  # job id -> Job as claimed
         self.seen = {}  # job id -> last mirrored (state, fraction, phase, message)
+        self.missing = {}  # job id -> monotonic time Redis was first found not to know its attempt
         self.lock = threading.Lock()
         self.transport = Transport(redisconn.get_client())
         self.embedded = None
+        self.unavailable_until = 0.0  # monotonic; see UNAVAILABLE_SKIP_S
 
     # Called from the worker's main loop when it claims a redis-mode job.
     def adopt(self, job):
+        # Watched (its lease renewed) from the start: publishing to a stalled
+        # Redis takes a socket timeout, and the jobs claimed with this one wait
+        # their turn meanwhile; none may lose its lease to that.
+        with self.lock:
+            self.inflight[job.pk] = job
         try:
+            if time.monotonic() < self.unavailable_until:
+                raise redis.ConnectionError("a publish failed a moment ago")
             current = self.transport.status(str(job.pk))
             # A requeued job keeps its attempt number: if that attempt is
             # still known to Redis, keep watching it instead of sending it twice.
             if not (current and current.get("attempt") == job.attempts
                     and current.get("state") in (State.QUEUED, State.RUNNING, State.DONE)):
-                self.transport.publish(cv_type(job), str(job.pk), job.attempts, job.payload)
+                self.publish(job)
         except redis.RedisError as exc:
+            self.unavailable_until = time.monotonic() + UNAVAILABLE_SKIP_S
             log.warning("Redis unavailable, job %s goes back to the queue: %s", job.pk, exc)
+            with self.lock:
+                self.inflight.pop(job.pk, None)
             services.requeue(job, reason=_("The CV queue (Redis) is unavailable; retrying shortly."),
                              delay_s=UNAVAILABLE_RETRY_S)
-            return
-        with self.lock:
-            self.inflight[job.pk] = job
 
     def run(self):
         if redisconn.is_local_mode():
@@ -72,17 +84,19 @@ class Monitor(threading.Thread):
                 self.embedded = start_embedded_worker(concurrency=conf.JOBS_EMBEDDED_CV_CONCURRENCY)
             except ImproperlyConfigured as exc:
                 log.warning("no embedded CV worker (%s); CV jobs wait for one", exc)
-        next_beat = 0.0
+        # Leases are renewed from the database in a thread of their own: a
+        # stalled Redis blocks every call here for a whole socket timeout,
+        # which must not let the leases of healthy CV jobs run out.
+        threading.Thread(target=self.renew_loop, name="haulage-cv-leases", daemon=True).start()
+        next_reap = 0.0
         while not self.worker.exited.is_set():
             try:
-                if time.monotonic() >= next_beat:
-                    self.renew()
+                if time.monotonic() >= next_reap:
+                    next_reap = time.monotonic() + conf.JOBS_HEARTBEAT_SECONDS
                     self.transport.reap_dead_workers()
-                    next_beat = time.monotonic() + conf.JOBS_HEARTBEAT_SECONDS
                 self.tick()
             except (DatabaseError, redis.RedisError) as exc:
-                # Leases are renewed from the database, so a Redis outage only
-                # delays jobs; a database outage ends in a rescue at worst.
+                # A Redis outage only delays jobs; a database outage ends in a rescue at worst.
                 log.warning("CV monitor: %s", exc.__class__.__name__)
                 self.worker.reset_connection()
             except Exception:  # noqa: BLE001 - the monitor must outlive any one job
@@ -91,6 +105,19 @@ class Monitor(threading.Thread):
         if self.embedded is not None:
             self.embedded.request_stop()
         connection.close()
+
+    def renew_loop(self):
+        try:
+            while not self.worker.exited.wait(conf.JOBS_HEARTBEAT_SECONDS):
+                try:
+                    self.renew()
+                except DatabaseError as exc:
+                    log.warning("CV monitor: leases not renewed: %s", exc.__class__.__name__)
+                    self.worker.reset_connection()
+                except Exception:  # noqa: BLE001 - the renewals must outlive any one failure
+                    log.exception("CV monitor: leases not renewed")
+        finally:
+            connection.close()
 
     def renew(self):
         with self.lock:
@@ -119,10 +146,12 @@ class Monitor(threading.Thread):
         key = str(job.pk)
         status = self.transport.status(key)
         if not status or status.get("attempt") != job.attempts:
-            if not self.transport.is_pending(key, job.attempts):
-                log.warning("Redis lost CV job %s (attempt %s); publishing it again", job.pk, job.attempts)
-                self.transport.publish(cv_type(job), key, job.attempts, job.payload)
+            if self.transport.is_pending(key, job.attempts):
+                self.missing.pop(job.pk, None)
+                return
+            self.lost(job)
             return
+        self.missing.pop(job.pk, None)
         state = status.get("state")
         if state == State.DONE:
             self.ingest(job, status)
@@ -130,6 +159,42 @@ class Monitor(threading.Thread):
             self.failed(job, status)
         else:
             self.mirror(job, status)
+
+    def lost(self, job):
+        """Redis does not know the job's attempt (it restarted empty): finish it from its result
+        file if the attempt got that far, else publish it again once no CV worker claims it.
+
+        A CV worker still running the attempt registers it again at its next
+        heartbeat (`Transport.remind`); sending it before then would have a
+        second worker run it alongside, so the attempt must stay unknown for a
+        whole heartbeat TTL first.
+        """
+        key = str(job.pk)
+        relative = result_path(key, job.attempts)
+        if (Path(settings.MEDIA_ROOT) / relative).is_file():
+            # The worker wrote the result (atomically) before its status: Redis
+            # is never a result's only copy.
+            log.warning("Redis lost the status of CV job %s; ingesting its result file", job.pk)
+            self.missing.pop(job.pk, None)
+            self.ingest(job, {"result": relative})
+            return
+        first = self.missing.setdefault(job.pk, time.monotonic())
+        if time.monotonic() - first < self.transport.config.heartbeat_ttl_s:
+            return
+        log.warning("Redis lost CV job %s (attempt %s); publishing it again", job.pk, job.attempts)
+        self.publish(job)
+        self.missing.pop(job.pk, None)
+
+    def publish(self, job):
+        """Send one attempt to the CV fleet, afresh.
+
+        A result file already at this attempt's path predates the attempt (a
+        database reset makes job ids start again while MEDIA_ROOT keeps the
+        old files): it goes first, so `lost` never takes it for this attempt's.
+        """
+        key = str(job.pk)
+        (Path(settings.MEDIA_ROOT) / result_path(key, job.attempts)).unlink(missing_ok=True)
+        self.transport.publish(cv_type(job), key, job.attempts, job.payload)
 
     def mirror(self, job, status):
         if status.get("state") == State.QUEUED and not self.transport.live_workers([cv_type(job)]):
@@ -176,6 +241,7 @@ class Monitor(threading.Thread):
         with self.lock:
             self.inflight.pop(job.pk, None)
         self.seen.pop(job.pk, None)
+        self.missing.pop(job.pk, None)
         self.worker.wake.set()
 
     def hand_back_all(self):

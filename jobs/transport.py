@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from redis.exceptions import WatchError
+from redis.exceptions import RedisError, WatchError
 
 from jobs import redisconn
 from project import env
@@ -254,6 +254,7 @@ class Transport:
         self.config = config or CVConfig.from_settings()
         self.prefix = prefix or self.config.prefix
         self._turn = itertools.count()
+        self._trouble_at = None  # monotonic: when Redis last failed or stalled a call of ours
 
     # keys
     def queue_key(self, job_type):
@@ -320,7 +321,7 @@ class Transport:
 
     def status(self, job_id):
         """The job's status dict (see `new_status`), or None when Redis has none."""
-        return _loads(self.client.get(self.status_key(job_id)))
+        return _loads(self.watched(self.client.get, self.status_key(job_id)))
 
     def cancel(self, job_id):
         """Ask whichever worker runs (or will take) the job to stop it."""
@@ -379,12 +380,42 @@ class Transport:
             if isinstance(beat, dict) and (not wanted or wanted & set(beat.get("types", ())))
         ]
 
+    def watched(self, step, *args, **kwargs):
+        """Run one Redis step, noting when Redis failed it or kept it waiting a heartbeat interval."""
+        began = time.monotonic()
+        try:
+            return step(*args, **kwargs)
+        except RedisError:
+            self._trouble_at = time.monotonic()
+            raise
+        finally:
+            if time.monotonic() - began >= self.config.heartbeat_interval_s:
+                self._trouble_at = time.monotonic()
+
+    def trusts_heartbeats(self):
+        """Whether a missing heartbeat means a dead worker: not within a heartbeat TTL of trouble.
+
+        When Redis stalls (CLIENT PAUSE, a slow disk, a VM pause) for longer
+        than the TTL, every heartbeat expires at once although every worker
+        lives; taking that at its word would hand their running jobs to
+        others, to run a second time alongside. Live workers beat again within
+        the TTL of Redis answering again, and this process saw the stall: its
+        own calls failed or waited.
+        """
+        return self._trouble_at is None or (
+            time.monotonic() - self._trouble_at >= self.config.heartbeat_ttl_s)
+
     def reap_dead_workers(self):
         """Return the messages held by workers whose heartbeat expired to the
         head of their queues; returns how many. Safe to run anywhere, often
-        (the engine's monitor and every CV worker do)."""
+        (the engine's monitor and every CV worker do). Does nothing for a
+        heartbeat TTL after Redis failed or stalled a call (`trusts_heartbeats`).
+        """
         returned = 0
-        for worker_id in self._members(self.workers_key):
+        members = self.watched(self._members, self.workers_key)
+        if not self.trusts_heartbeats():
+            return 0
+        for worker_id in members:
             count = self._return_held(worker_id, only_if_dead=True)
             if count:
                 logger.warning("returned %d CV job(s) held by dead worker %s", count, worker_id)
@@ -552,6 +583,9 @@ class Transport:
 
     def beat(self, worker_id, info, job_ids=()):
         """Renew the worker's heartbeat and the TTL of its running jobs' status keys."""
+        self.watched(self._beat, worker_id, info, job_ids)
+
+    def _beat(self, worker_id, info, job_ids):
         pipe = self.client.pipeline(transaction=False)
         pipe.set(self.worker_key(worker_id), json.dumps(info), px=int(self.config.heartbeat_ttl_s * 1000))
         # Every beat, not once: a Redis that restarted empty must learn of it again.
@@ -559,6 +593,34 @@ class Transport:
         for job_id in job_ids:
             pipe.expire(self.status_key(job_id), int(self.config.status_ttl_s))
         pipe.execute()
+
+    def remind(self, worker_id, running):
+        """Register again what Redis forgot of the attempts this worker runs; returns the job ids.
+
+        `running` holds (message, taker, status) per job. A Redis restarted
+        without persistence has lost their seen keys, status keys and the
+        processing list: the engine would then send each attempt again and a
+        second worker would run it alongside. SET NX puts back only what is
+        missing, so a normal beat changes nothing; the message goes back into
+        the processing list only when its seen key was gone, so the reaper can
+        return it if this worker dies later.
+        """
+        if not running:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for message, taker, status in running:
+            pipe.set(self.seen_key(message.job_id, message.attempt), taker, nx=True,
+                     ex=int(self.config.dedupe_ttl_s))
+            pipe.set(self.status_key(message.job_id), json.dumps(status), nx=True,
+                     ex=int(self.config.status_ttl_s))
+        answers = pipe.execute()
+        forgotten = [message for (message, _taker, _status), seen_set
+                     in zip(running, answers[::2], strict=True) if seen_set]
+        processing = self.processing_key(worker_id)
+        for message in forgotten:
+            if self.client.lpos(processing, message.raw) is None:
+                self.client.lpush(processing, message.raw)
+        return [message.job_id for message in forgotten]
 
     def drop_heartbeat(self, worker_id):
         self.client.delete(self.worker_key(worker_id))
