@@ -6,12 +6,21 @@ It works on plain data, so it can be tested on evidence written by hand:
 - the job rows and their events (JobEvent: rescued, retry, requeued, ...) after the drain;
 - the faults the harness injected, with the jobs a lost worker held at that moment;
 - the sampler's view of RUNNING jobs per concurrency key;
-- what the load generator was told (acknowledged ids, refusals).
+- what the load generator was told (acknowledged ids, refusals);
+- for downloads: every asset's state (and whether a ready file is the origin's
+  bytes), the staging folders left under MEDIA_ROOT, and the failure codes a
+  scenario expects (a full disk fails downloads with `storage_full`).
 
 Words used below: an *execution* is one (job, lease token) pair that wrote a
 ledger start line; its *lease end* is when its token stopped being the job's
 lease (the time of the rescue, retry, failure or requeue event that took it);
 the execution that committed the job's result has none.
+
+A CV execution (redis mode) is named `cv<attempt>`: the CV fleet knows the
+attempt, not the lease token. Two things follow. An attempt handed back to the
+queue (requeued) keeps running on the fleet and is watched again by the next
+claim, so a requeue does not end its lease. And the same attempt may run again
+after its first run ended (Redis lost its record), but never twice at once.
 """
 
 import dataclasses
@@ -23,6 +32,9 @@ from pathlib import Path
 
 # Events that end the lease of the attempt they name (completion ends it without an event).
 LEASE_ENDING = {"rescued", "requeued", "retry", "failed", "cancelled", "paused"}
+# ... except for a CV execution: a requeue gives the attempt back, and the fleet runs on.
+CV_LEASE_ENDING = LEASE_ENDING - {"requeued", "paused"}
+CV_PREFIX = "cv"  # engine lease tokens are UUIDs: never "cv..."
 # An execution's own rescue may be stamped a moment before its start line: a
 # child can pass its lease check just before the rescue and write after it.
 EVENT_BEFORE_START_S = 0.05
@@ -84,6 +96,22 @@ class JobRow:
     keys: tuple = ()
     error_code: str = ""
     n: int | None = None  # the load generator's number for the job (its payload's "n")
+    kind: str = ""  # "" or "chaos.*": a ledger kind; others (downloads.fetch) write none
+    error_codes: tuple = ()  # the code of every failed attempt (the job's error log)
+
+    @property
+    def writes_ledger(self):
+        return not self.kind or self.kind.startswith("chaos.")
+
+
+@dataclass(frozen=True)
+class AssetRow:
+    """A MediaAsset after the run; `intact` says whether a ready file is the origin's bytes."""
+
+    id: int
+    state: str
+    holder: str | None = None
+    intact: bool | None = None  # None: not ready, so no file to compare
 
 
 @dataclass(frozen=True)
@@ -125,12 +153,18 @@ class Evidence:
     locked_errors_enqueue: int = 0
     locked_errors_workers: int = 0
     integrity: str | None = None  # SQLite: PRAGMA integrity_check; None elsewhere
+    exits: list = field(default_factory=list)  # (pid, wall): worker processes found dead
+    assets: list = field(default_factory=list)  # AssetRow
+    staging: list = field(default_factory=list)  # (folder name, [file names]) under staging/
+    paused_assets: set = field(default_factory=set)  # assets a paused download keeps a partial for
+    allowed_failures: dict = field(default_factory=dict)  # error code -> why the scenario allows it
 
 
 def save(evidence, path):
     """Write `evidence` as JSON, so a run can be checked again later (`load`)."""
     data = dataclasses.asdict(evidence)
     data["acked"] = sorted(evidence.acked)
+    data["paused_assets"] = sorted(evidence.paused_assets)
     data["claims_seen"] = [[job, token, mono] for (job, token), mono in evidence.claims_seen.items()]
     Path(path).write_text(json.dumps(data))
 
@@ -142,6 +176,8 @@ def load(path):
     data["events"] = [Event(**x) for x in data["events"]]
     data["faults"] = [Fault(**x) for x in data["faults"]]
     data["acked"] = set(data["acked"])
+    data["assets"] = [AssetRow(**x) for x in data.get("assets", [])]
+    data["paused_assets"] = set(data.get("paused_assets", []))
     data["claims_seen"] = {(job, token): mono for job, token, mono in data["claims_seen"]}
     return Evidence(**data)
 
@@ -160,6 +196,11 @@ class Execution:
     starts: int = 1
     end: Line | None = None
     lease_end_wall: float | None = None  # None: still held, or ended by the completion
+    restarts: list = field(default_factory=list)  # start lines seen again before an end
+
+    @property
+    def is_cv(self):
+        return self.token.startswith(CV_PREFIX)
 
     @property
     def began_mono(self):
@@ -169,21 +210,24 @@ class Execution:
 
 def executions(lines):
     """{job: [Execution in claim order]} from the ledger."""
-    by_key = {}
+    by_key = defaultdict(list)  # (job, token) -> executions, the current one last
     for line in sorted(lines, key=lambda x: x.wall):
         key = (line.job, line.token)
-        ex = by_key.get(key)
+        ex = by_key[key][-1] if by_key[key] else None
         if line.event == "start":
-            if ex is None:
-                by_key[key] = Execution(line.job, line.token, line.attempt, line.pid,
-                                        line.worker_pid, line)
+            # A CV attempt may run again once its run ended (Redis forgot it).
+            if ex is None or (ex.is_cv and ex.end is not None):
+                by_key[key].append(Execution(line.job, line.token, line.attempt, line.pid,
+                                             line.worker_pid, line))
             else:
                 ex.starts += 1
+                ex.restarts.append(line)
         elif ex is not None and ex.end is None:
             ex.end = line
     jobs = defaultdict(list)
-    for ex in by_key.values():
-        jobs[ex.job].append(ex)
+    for runs in by_key.values():
+        for ex in runs:
+            jobs[ex.job].append(ex)
     for runs in jobs.values():
         # Claims number attempts upwards (a requeue gives one back: then by time).
         runs.sort(key=lambda ex: (ex.attempt, ex.start.wall))
@@ -197,9 +241,10 @@ def attach_lease_ends(runs, events):
     numbers repeat only after a requeue or pause gave one back; then the
     executions sharing a number take that number's events in time order.
     """
+    cv = any(ex.is_cv for ex in runs)
     ending = defaultdict(list)
     for event in sorted(events, key=lambda e: e.wall):
-        if event.kind in LEASE_ENDING:
+        if event.kind in (CV_LEASE_ENDING if cv else LEASE_ENDING):
             ending[event.attempt].append(event)
     sharing = defaultdict(list)
     for ex in runs:
@@ -247,10 +292,17 @@ class Report:
     reruns_after_commit: int = 0  # jobs whose effect was committed by more than one execution
     stale_starts: int = 0  # executions that began after their lease had ended
     rescues: int = 0
+    cv_executions: int = 0  # executions on the CV fleet (redis mode)
     samples: int = 0
     locked_errors_enqueue: int = 0
     locked_errors_workers: int = 0
     integrity: str | None = None
+    stuck_assets: list = field(default_factory=list)  # (asset, holder)
+    leftover_staging: list = field(default_factory=list)  # (folder, [files])
+    corrupt_assets: list = field(default_factory=list)  # asset ids whose ready file is wrong
+    failed_allowed: Counter = field(default_factory=Counter)  # error code -> jobs
+    attempt_errors: Counter = field(default_factory=Counter)  # downloads: code -> failed attempts
+    unclear_errors: list = field(default_factory=list)  # (job, code) a fault does not explain
     notes: list = field(default_factory=list)
 
     @property
@@ -275,6 +327,10 @@ class Report:
             "acknowledged but missing": len(self.missing_acked),
             "enqueue hangs": len(self.enqueue_hangs),
             "'database is locked' at enqueue": self.locked_errors_enqueue,
+            "assets stuck in downloading": len(self.stuck_assets),
+            "leftover staging": len(self.leftover_staging),
+            "corrupt assets": len(self.corrupt_assets),
+            "unexplained download errors": len(self.unclear_errors),
         }
         if self.integrity not in (None, "ok"):
             found["integrity_check"] = 1
@@ -305,6 +361,8 @@ class Report:
             "survivors": len(self.survivors),
             "enqueue hangs": len(self.enqueue_hangs),
             "acknowledged missing": len(self.missing_acked),
+            "stuck assets": len(self.stuck_assets),
+            "leftover staging": len(self.leftover_staging),
         }
 
     def describe(self):
@@ -315,7 +373,8 @@ class Report:
         lines = [
             f"scenario {self.scenario} on {self.database}, seed {self.seed}",
             f"  jobs {self.jobs}; faults {dict(self.faults) or 0}; rescues {self.rescues}; "
-            f"re-runs after commit {self.reruns_after_commit}; stale starts {self.stale_starts}",
+            f"re-runs after commit {self.reruns_after_commit}; stale starts {self.stale_starts}; "
+            f"CV executions {self.cv_executions}",
             f"  enqueue: refused {self.enqueue_refused}, slowest answer {self.enqueue_slowest_s:.2f} s",
             f"  recovery: {len(recoveries)} measured, median {median}, worst "
             f"{'-' if worst is None else f'{worst:.2f} s'} (bound {self.bound_s:.1f} s "
@@ -329,6 +388,9 @@ class Report:
             lines.append(f"  claimed again after a child's crash: {len(times)} measured, median "
                          f"{statistics.median(times):.2f} s, worst {max(times):.2f} s "
                          "(a retry after backoff; not bound by the lease)")
+        if self.failed_allowed or self.attempt_errors:
+            lines.append(f"  downloads: failed attempts by code {dict(self.attempt_errors)}; "
+                         f"failed for good, as the scenario allows: {dict(self.failed_allowed)}")
         if self.integrity is not None:
             lines.append(f"  SQLite integrity_check: {self.integrity}; 'database is locked' "
                          f"logged by workers: {self.locked_errors_workers}")
@@ -340,7 +402,9 @@ class Report:
                    ("overlap", self.overlaps), ("limit (sampled)", self.limit_sampled),
                    ("limit (ledger)", self.limit_ledger), ("late recovery", self.late_recoveries),
                    ("unrecovered", self.unrecovered), ("survivor", self.survivors),
-                   ("missing", self.missing_acked), ("enqueue hang", self.enqueue_hangs)]
+                   ("missing", self.missing_acked), ("enqueue hang", self.enqueue_hangs),
+                   ("stuck asset", self.stuck_assets), ("leftover staging", self.leftover_staging),
+                   ("corrupt asset", self.corrupt_assets), ("unexplained error", self.unclear_errors)]
         for name, items in details:
             for item in items[:10]:
                 lines.append(f"    {name}: {item}")
@@ -381,25 +445,56 @@ def check(evidence, *, scenario, seed, database, bound_s, slack_s):
         events_by_job[event.job].append(event)
     for job, job_runs in runs.items():
         attach_lease_ends(job_runs, events_by_job[job])
+        report.cv_executions += sum(1 + len(ex.restarts) for ex in job_runs if ex.is_cv)
 
     _check_lost(report, evidence)
     _check_results(report, evidence, runs)
-    _check_overlaps(report, runs)
+    _check_overlaps(report, runs, _ends_by_pid(evidence))
     _check_limits(report, evidence, runs)
     _check_recovery(report, evidence, runs)
     _check_enqueue(report, evidence)
+    _check_assets(report, evidence)
+    _check_staging(report, evidence)
     return report
 
 
+def _ends_by_pid(evidence):
+    """{pid: [wall]} when a process of the run was killed by a fault or found dead."""
+    ends = defaultdict(list)
+    for fault in evidence.faults:
+        if fault.pid is not None and fault.kind.endswith("kill"):
+            ends[fault.pid].append(fault.wall)
+    for pid, wall in evidence.exits:
+        ends[pid].append(wall)
+    return ends
+
+
 def _check_lost(report, evidence):
+    """A ledger job must succeed; any other (a download) must at least finish, or fail as allowed.
+
+    Every failed attempt of a download must say why in a way the scenario's
+    faults explain (a full disk: `storage_full`), never as a bare error.
+    """
     for job in evidence.jobs:
-        if job.status != "SUCCESSFUL":
-            report.lost.append((job.id, job.status, job.error_code))
+        if not job.writes_ledger:
+            for code in job.error_codes:
+                report.attempt_errors[code] += 1
+                if code not in evidence.allowed_failures:
+                    report.unclear_errors.append((job.id, code))
+        if job.status == "SUCCESSFUL":
+            continue
+        if not job.writes_ledger and job.status in ("FAILED", "CANCELLED") \
+                and job.error_code in evidence.allowed_failures:
+            report.failed_allowed[job.error_code] += 1
+            continue
+        report.lost.append((job.id, job.status, job.error_code))
 
 
 def _check_results(report, evidence, runs):
     """The result must name one execution that committed it, and whose lease never ended."""
     for job in evidence.jobs:
+        if not job.writes_ledger:
+            continue
         job_runs = runs.get(job.id, [])
         commits = {ex.token for ex in job_runs if ex.end is not None and ex.end.event == "commit"}
         if len(commits) > 1:
@@ -407,7 +502,10 @@ def _check_results(report, evidence, runs):
         if job.status != "SUCCESSFUL":
             continue
         token = (job.result or {}).get("token")
-        named = [ex for ex in job_runs if ex.token == token]
+        # A CV attempt run twice in a row has two executions of one name; the last commit counts.
+        named = sorted((ex for ex in job_runs if ex.token == token),
+                       key=lambda ex: (ex.end is not None and ex.end.event == "commit", ex.start.wall),
+                       reverse=True)
         if not named:
             report.duplicated.append((job.id, f"result names no execution in the ledger: {job.result}"))
         elif token not in commits:
@@ -418,16 +516,26 @@ def _check_results(report, evidence, runs):
             report.duplicated.append((job.id, f"result's attempt {job.result} is not {named[0].attempt}"))
 
 
-def _check_overlaps(report, runs):
+def _check_overlaps(report, runs, ends_by_pid):
     for job, job_runs in runs.items():
         for ex in job_runs:
-            if ex.starts > 1:
+            if ex.is_cv:
+                # The same CV attempt started again: fine once the first run's
+                # process was gone (its message went back to the queue), else two at once.
+                for again in ex.restarts:
+                    if not any(ex.start.wall <= w <= again.wall for w in ends_by_pid.get(ex.pid, [])):
+                        report.overlaps.append((job, ex.token, ex.token,
+                                                "the same CV attempt ran twice at once"))
+            elif ex.starts > 1:
                 report.overlaps.append((job, ex.token, ex.token, f"{ex.starts} starts under one lease"))
             if ex.lease_end_wall is not None and ex.start.wall > ex.lease_end_wall:
                 report.stale_starts += 1
         for i, earlier in enumerate(job_runs):
             for later in job_runs[i + 1:]:
                 held_until = earlier.lease_end_wall
+                if earlier.token == later.token:
+                    # One CV attempt run again: the first run must have ended by then.
+                    held_until = earlier.end.wall if earlier.end is not None else None
                 if held_until is None:
                     held_until = INF  # never ended: it holds the lease still, or committed
                 if later.start.wall < held_until:
@@ -451,10 +559,7 @@ def _end_wall(ex, kills_by_pid, end_wall):
 def _check_limits(report, evidence, runs):
     report.limit_sampled = list(evidence.sampled_violations)
     keys_of = {job.id: job.keys for job in evidence.jobs}
-    kills_by_pid = defaultdict(list)
-    for fault in evidence.faults:
-        if fault.pid is not None and fault.kind.endswith("kill"):
-            kills_by_pid[fault.pid].append(fault.wall)
+    kills_by_pid = _ends_by_pid(evidence)
     moments = defaultdict(list)  # key -> [(wall, +1/-1)]
     for job, job_runs in runs.items():
         for ex in job_runs:
@@ -484,8 +589,17 @@ def _check_recovery(report, evidence, runs):
     in the ledger (an execution began); the earlier of the two counts. Each
     figure says where the time went: until the event that ended the lost
     lease (a rescue, or the retry of a crashed child), then until the claim.
+
+    A download always carries two keys (its user's, limit 2, and its asset's,
+    limit 1) that other downloads hold meanwhile, so once rescued it waits
+    for capacity, which is queueing, not recovery: for a download the bound
+    holds the rescue, and the claim is reported beside it, unbounded.
     """
     finished_by = {job.id: (job.result or {}).get("token") for job in evidence.jobs}
+    downloads = {job.id for job in evidence.jobs if not job.writes_ledger}
+    silent_successes = {job.id for job in evidence.jobs
+                        if not job.writes_ledger and job.status == "SUCCESSFUL"}
+    status_of = {job.id: job.status for job in evidence.jobs}
     ended_at = defaultdict(list)
     for event in evidence.events:
         if event.kind in LEASE_ENDING:
@@ -498,7 +612,7 @@ def _check_recovery(report, evidence, runs):
     for fault in evidence.faults:
         if not fault.held:
             continue
-        worst = None
+        worst = claimed = None
         for job, token in fault.held:
             if finished_by.get(job) == token:
                 # Nobody took the job over: its own execution finished it once
@@ -513,13 +627,33 @@ def _check_recovery(report, evidence, runs):
                     worst = (done - fault.mono, job, "never: it waited for its own worker")
                 continue
             later = [mono for mono, other in seen[job] if other != token and mono > fault.mono]
+            if not later and job in silent_successes and not any(
+                    w >= fault.wall for w in ended_at[job]):
+                # A download's result names no execution: with no claim after the
+                # fault and no lease ended by it, its own attempt finished it.
+                continue
+            ended = min((w for w in ended_at[job] if w >= fault.wall), default=None)
+            if not later and ended is not None and status_of[job] in ("FAILED", "CANCELLED"):
+                # Its attempts were spent: the rescue that ended the lost lease
+                # finished the job (failed), and nothing was left to run again.
+                seconds = ended - fault.wall
+                if worst is None or seconds > worst[0]:
+                    worst = (seconds, job, round(seconds, 2))
+                continue
             if not later:
                 report.unrecovered.append((fault.kind, fault.target, job))
                 continue
             seconds = min(later) - fault.mono
+            ended_s = None if ended is None else round(ended - fault.wall, 2)
+            if job in downloads and fault.loses_worker and ended is not None:
+                if claimed is None or seconds > claimed[0]:
+                    claimed = (seconds, job, ended_s)
+                seconds = min(seconds, ended - fault.wall)  # bounded: until the rescue
             if worst is None or seconds > worst[0]:
-                ended = min((w for w in ended_at[job] if w >= fault.wall), default=None)
-                worst = (seconds, job, None if ended is None else round(ended - fault.wall, 2))
+                worst = (seconds, job, ended_s)
+        if claimed is not None:
+            report.reclaims.append((fault.kind, fault.target, claimed[0],
+                                    {"job": claimed[1], "lease ended after s": claimed[2]}))
         if worst is not None:
             seconds, job, ended_s = worst
             # Only a lost worker is bound by lease + rescue + poll; a crashed
@@ -530,7 +664,7 @@ def _check_recovery(report, evidence, runs):
 
 
 def _check_enqueue(report, evidence):
-    numbers = Counter(job.n for job in evidence.jobs)
+    numbers = Counter(job.n for job in evidence.jobs if job.n is not None)
     report.missing_acked = sorted(evidence.acked - set(numbers))
     twice = sum(1 for count in numbers.values() if count > 1)
     if twice:
@@ -541,3 +675,19 @@ def _check_enqueue(report, evidence):
     report.enqueue_slowest_s = max((s for s, _ in evidence.enqueue_calls), default=0.0)
     report.enqueue_hangs = [(round(s, 2), err or "answered") for s, err in evidence.enqueue_calls
                             if s > ENQUEUE_HANG_S]
+
+
+def _check_assets(report, evidence):
+    """Once the queue drained, no asset may still be held, and a ready file must be whole."""
+    for asset in evidence.assets:
+        if asset.state == "downloading":
+            report.stuck_assets.append((asset.id, asset.holder))
+        elif asset.state == "ready" and asset.intact is False:
+            report.corrupt_assets.append(asset.id)
+
+
+def _check_staging(report, evidence):
+    """A staging folder may outlive its fetch only as a paused download's partial."""
+    for folder, names in evidence.staging:
+        if not (folder.isdigit() and int(folder) in evidence.paused_assets):
+            report.leftover_staging.append((folder, sorted(names)))

@@ -207,3 +207,49 @@ def stop_burners(run):
         proc.kill()
         proc.wait(10)
     run.burners.clear()
+
+
+# --- Redis ---------------------------------------------------------------------------------
+
+
+def restart_redis(run, outage_s):
+    """SIGKILL the run's Redis (no persistence: every key is gone) and start it empty `outage_s` later."""
+    at = _now()
+    with run.redis.client() as client:
+        keys = client.dbsize()
+    run.redis.kill()
+    fault = run.record("redis_restart", "redis", at=at,
+                       detail={"outage_s": outage_s, "keys_lost": keys})
+    try:
+        time.sleep(outage_s)
+    finally:
+        run.redis.start()
+    return fault
+
+
+def stall_redis(run, seconds):
+    """CLIENT PAUSE ALL for `seconds`: Redis accepts connections but answers nothing meanwhile."""
+    at = _now()
+    run.redis.pause(seconds * 1000)
+    fault = run.record("redis_stall", "redis", at=at, detail={"seconds": seconds})
+    # Not cut short by the end of the window: the server ends the pause on its own.
+    time.sleep(seconds)
+    return fault
+
+
+# --- The media disk ------------------------------------------------------------------------
+
+
+def fill_disk(run, seconds):
+    """Fill MEDIA_ROOT's file system (a small tmpfs) for `seconds`, then free it again."""
+    from tests.chaos import downloads
+
+    at = _now()
+    filler = downloads.fill(run.media_root)
+    fault = run.record("disk_full", str(run.media_root), at=at,
+                       detail={"seconds": seconds, "filler_bytes": filler.stat().st_size})
+    try:
+        time.sleep(seconds)
+    finally:
+        filler.unlink(missing_ok=True)
+    return fault

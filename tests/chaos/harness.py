@@ -8,8 +8,10 @@ One run, top to bottom:
 
 1. start `workers` real `manage.py runworker` processes with short timings
    (lease 3 s, heartbeat 1 s, rescue 1 s, poll 0.5 s), each through its own
-   TCP proxy when the scenario needs one; a process manager restarts any that
-   dies, as systemd or Kubernetes would;
+   TCP proxy when the scenario needs one; for a scenario with CV jobs, a Redis
+   server of the run's own and `cv_workers` `manage.py runcvworker`
+   processes; a process manager restarts any that dies, as systemd or
+   Kubernetes would;
 2. start the load generator (seeded: the same seed enqueues the same jobs)
    and the sampler (RUNNING jobs per concurrency key, every 200 ms);
 3. inject the scenario's faults for `duration_s`, then heal;
@@ -64,8 +66,15 @@ class Timings:
         """The documented bound: a dead worker's jobs run again within lease + rescue + poll."""
         return self.lease_s + self.rescue_s + self.poll_s
 
+    # The CV fleet's clock: a dead CV worker's messages go back after the TTL.
+    cv_heartbeat_s: float = 1
+    cv_heartbeat_ttl_s: float = 3
+
     def env(self):
         return {
+            "CV_HEARTBEAT_INTERVAL_S": str(self.cv_heartbeat_s),
+            "CV_HEARTBEAT_TTL_S": str(self.cv_heartbeat_ttl_s),
+            "CV_SHUTDOWN_GRACE_S": str(self.shutdown_grace_s),
             "JOBS_LEASE_SECONDS": str(self.lease_s),
             "JOBS_HEARTBEAT_SECONDS": str(self.heartbeat_s),
             "JOBS_RESCUE_INTERVAL_SECONDS": str(self.rescue_s),
@@ -99,6 +108,8 @@ class Load:
     long_s: tuple = (1.0, 3.0)
     process_s: tuple = (0.3, 1.5)
     single_share: float = 0.2  # enqueued one by one; the rest in batches
+    cv_share: float = 0.0  # redis mode, run by the CV fleet (needs a run with Redis)
+    cv_s: tuple = (0.1, 1.5)
 
     def plan(self, rng):
         """[(kind, payload, options)] in enqueue order."""
@@ -107,7 +118,11 @@ class Load:
         specs = []
         for n in range(self.jobs):
             process = rng.random() < self.process_share
-            if process:
+            # Drawn only when asked for, so older scenarios keep their seeded plans.
+            cv = not process and self.cv_share > 0 and rng.random() < self.cv_share
+            if cv:
+                seconds = rng.uniform(*self.cv_s)
+            elif process:
                 seconds = rng.uniform(*self.process_s)
             elif rng.random() < self.long_share:
                 seconds = rng.uniform(*self.long_s)
@@ -119,7 +134,8 @@ class Load:
                 user = rng.randrange(self.users)
                 payload["keys"] = [f"user:{user}"]
                 options["limits"] = {f"user:{user}": user_limit(user)}
-            specs.append((kinds.PROCESS if process else kinds.INLINE, payload, options))
+            kind = kinds.CV if cv else kinds.PROCESS if process else kinds.INLINE
+            specs.append((kind, payload, options))
         return specs
 
     def limits(self):
@@ -142,6 +158,9 @@ class RunConfig:
     pg_server: object = None  # tests.servers.PostgresServer, for scenarios that stop PostgreSQL
     worker_db_options: dict = field(default_factory=dict)  # extra libpq parameters for workers
     burners: int = 2  # busy processes of the CPU contention scenario
+    cv_workers: int = 2  # runcvworker processes, in runs whose load has CV jobs
+    cv_concurrency: int = 4
+    redis_bin: str | None = None  # redis-server for runs with CV jobs (a server of their own)
 
 
 def postgres_url(url, *, proxy=None, **params):
@@ -179,12 +198,12 @@ def durable_commits(on):
 
 
 class WorkerProcess:
-    """One runworker process; `slot` survives restarts, `name` is unique to this process."""
+    """One runworker (or runcvworker) process; `slot` survives restarts, `name` is unique."""
 
-    def __init__(self, slot, generation, proc, log_path):
+    def __init__(self, slot, generation, proc, log_path, prefix="chaos"):
         self.slot = slot
         self.generation = generation
-        self.name = f"chaos-{slot}-{generation}"
+        self.name = f"{prefix}-{slot}-{generation}"
         self.proc = proc
         self.pid = proc.pid
         self.log_path = log_path
@@ -203,18 +222,53 @@ class Fleet:
         self.run = run
         self.lock = threading.Lock()
         self.workers = {}  # slot -> WorkerProcess
+        self.cv_workers = {}  # slot -> WorkerProcess of a runcvworker
         self.generations = Counter()
         self.exits = []  # (name, returncode)
+        self.ended = []  # (pid, wall) of every process found dead
         self.proxies = {}  # slot -> Proxy
         self.stopping = threading.Event()
         self.manager = threading.Thread(target=self._manage, name="chaos-fleet", daemon=True)
 
-    def start(self, proxied):
+    def start(self, proxied, cv_workers=0):
         for slot in range(self.run.config.workers):
             if proxied:
                 self.proxies[slot] = Proxy(self.run.pg_address()).start()
             self._spawn(slot)
+        for slot in range(cv_workers):
+            self._spawn_cv(slot)
         self.manager.start()
+
+    def _env(self):
+        # A MEDIA_ROOT of the run's own: CV results are files named by job id,
+        # and ids start again in every fresh database.
+        env = {**os.environ, **self.run.config.timings.env(),
+               "CHAOS_LEDGER_DIR": str(self.run.ledger_dir), RUN_ENV: self.run.id,
+               "MEDIA_ROOT": str(self.run.media_root), **self.run.extra_env}
+        env.pop("REDIS_URL", None)
+        if self.run.redis is not None:
+            env["REDIS_URL"] = self.run.redis.url
+        return env
+
+    def _spawn_cv(self, slot):
+        """A CV worker with a stable id: a restarted one takes back what its predecessor held."""
+        key = f"cv-{slot}"
+        self.generations[key] += 1
+        generation = self.generations[key]
+        log_path = self.run.logs / f"cvworker-{slot}-{generation}.log"
+        from tests.chaos import kinds
+
+        env = {**self._env(), "DATABASE_URL": self.run.worker_database_url(slot),
+               "HAULAGE_CV_HANDLER_MODULES": "tests.chaos.cvkinds"}
+        with open(log_path, "w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "runcvworker", "--concurrency",
+                 str(self.run.config.cv_concurrency), "--worker-id", f"chaos-cv-{slot}",
+                 "--types", kinds.CV_TYPE],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+        with self.lock:
+            self.cv_workers[slot] = WorkerProcess(slot, generation, proc, log_path, prefix="chaos-cv")
 
     def _spawn(self, slot):
         config = self.run.config
@@ -223,21 +277,16 @@ class Fleet:
         log_path = self.run.logs / f"worker-{slot}-{generation}.log"
         proxy = self.proxies.get(slot)
         env = {
-            **os.environ,
-            **config.timings.env(),
+            **self._env(),
             "DATABASE_URL": self.run.worker_database_url(slot, proxy),
             "JOBS_HANDLER_MODULES": "tests.chaos.kinds",
-            "CHAOS_LEDGER_DIR": str(self.run.ledger_dir),
-            RUN_ENV: self.run.id,
         }
-        from tests.chaos import kinds
-
         with open(log_path, "w") as out:
             proc = subprocess.Popen(
                 [sys.executable, "manage.py", "runworker", "--no-scheduler",
                  "--concurrency", str(config.concurrency),
-                 "--worker-id", f"chaos-{slot}-{generation}", "--queues", kinds.QUEUE,
-                 "--kinds", ",".join(kinds.KINDS)],
+                 "--worker-id", f"chaos-{slot}-{generation}", "--queues", ",".join(self.run.queues),
+                 "--kinds", ",".join(self.run.kinds)],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
         with self.lock:
@@ -248,17 +297,20 @@ class Fleet:
         dead_since = {}
         while not self.stopping.wait(0.1):
             with self.lock:
-                current = list(self.workers.values())
-            for worker in current:
+                current = [(w, self._spawn) for w in self.workers.values()]
+                current += [(w, self._spawn_cv) for w in self.cv_workers.values()]
+            for worker, respawn in current:
                 if worker.alive():
                     continue
-                if worker.slot not in dead_since:
-                    dead_since[worker.slot] = time.monotonic()
+                key = worker.name.rsplit("-", 1)[0]
+                if key not in dead_since:
+                    dead_since[key] = time.monotonic()
                     self.exits.append((worker.name, worker.proc.returncode))
-                elif time.monotonic() - dead_since[worker.slot] >= self.run.config.restart_delay_s:
-                    del dead_since[worker.slot]
+                    self.ended.append((worker.pid, time.time()))
+                elif time.monotonic() - dead_since[key] >= self.run.config.restart_delay_s:
+                    del dead_since[key]
                     if not self.stopping.is_set():
-                        self._spawn(worker.slot)
+                        respawn(worker.slot)
 
     def live(self, serving_for_s=0.0):
         """Workers running now, not frozen, and started at least `serving_for_s` ago."""
@@ -283,7 +335,7 @@ class Fleet:
         if self.manager.is_alive():
             self.manager.join(5)
         with self.lock:
-            current = list(self.workers.values())
+            current = list(self.workers.values()) + list(self.cv_workers.values())
         for worker in current:
             if worker.alive():
                 worker.proc.send_signal(signal.SIGCONT)
@@ -299,7 +351,7 @@ class Fleet:
             proxy.close()
 
     def logs(self):
-        return sorted(self.run.logs.glob("worker-*.log"))
+        return sorted(self.run.logs.glob("*worker-*.log"))
 
 
 # --- Load and sampling ------------------------------------------------------------------
@@ -321,6 +373,7 @@ class LoadGenerator(threading.Thread):
         self.spread_s = spread_s
         self.rng = random.Random(run.config.seed + 1)
         self.acked = set()  # the payloads' "n" of every job an enqueue call returned for
+        self.submitted = set()  # the "n" of every download submission that answered
         self.calls = []  # (seconds, error text or "")
         self.locked = 0
         self.crash = None  # a harness bug, reported instead of a silently short load
@@ -355,6 +408,14 @@ class LoadGenerator(threading.Thread):
             self.stop.wait(self.TICK_S)
 
     def _enqueue(self, services, part):
+        from tests.chaos import downloads
+
+        fetches = [spec for spec in part if spec[0] == downloads.KIND]
+        if fetches:
+            # One download_submit per download, as a web request makes it.
+            rest = [spec for spec in part if spec[0] != downloads.KIND]
+            done = all([self._submit(payload) for _kind, payload, _options in fetches])
+            return (self._enqueue(services, rest) if rest else True) and done
         began = time.monotonic()
         try:
             if len(part) == 1:
@@ -372,6 +433,18 @@ class LoadGenerator(threading.Thread):
         self.acked.update(payload["n"] for _kind, payload, _options in part)
         return True
 
+    def _submit(self, payload):
+        began = time.monotonic()
+        try:
+            self.owner.downloads.submit(payload)
+        except Error as exc:
+            self.calls.append((time.monotonic() - began, f"{type(exc).__name__}: {exc}".strip()))
+            reset_connection()
+            return False
+        self.calls.append((time.monotonic() - began, ""))
+        self.submitted.add(payload["n"])
+        return True
+
     def finish(self, timeout_s):
         """Let it enqueue what is left (refused jobs are retried), up to `timeout_s`."""
         self.join(timeout_s)
@@ -387,9 +460,10 @@ class Sampler(threading.Thread):
     process died before it could write to the ledger still shows here.
     """
 
-    def __init__(self, limits, interval_s=0.2):
+    def __init__(self, limits, queues, interval_s=0.2):
         super().__init__(name="chaos-sampler", daemon=True)
         self.limits = limits
+        self.queues = queues
         self.interval_s = interval_s
         self.samples = 0
         self.violations = []  # (monotonic, key, running, limit)
@@ -404,8 +478,10 @@ class Sampler(threading.Thread):
         try:
             while not self.stop.wait(self.interval_s):
                 try:
-                    rows = list(Job.objects.filter(status=JobStatus.RUNNING, queue=kinds.QUEUE)
-                                .values_list("pk", "lease_token", "concurrency_keys"))
+                    rows = [(pk, kinds.claim_name(kind, token, attempt), keys)
+                            for pk, kind, token, attempt, keys in Job.objects.filter(
+                                status=JobStatus.RUNNING, queue__in=self.queues).values_list(
+                                "pk", "kind", "lease_token", "attempts", "concurrency_keys")]
                 except Error:
                     reset_connection()
                     continue
@@ -414,7 +490,7 @@ class Sampler(threading.Thread):
                 self.samples += 1
                 counts = Counter()
                 for pk, token, keys in rows:
-                    self.first_seen.setdefault((pk, str(token)), now)
+                    self.first_seen.setdefault((pk, token), now)
                     counts.update(keys)
                 for key, running in counts.items():
                     self.peak[key] = max(self.peak[key], running)
@@ -454,6 +530,15 @@ class Run:
         self.fleet = Fleet(self)
         self.burners = []  # Popen of CPU burners, for the contention scenario
         self.notes = []
+        self.redis = None  # RedisServer, for scenarios whose load has CV jobs
+        self.extra_env = {}  # more environment for every worker (a scenario's settings)
+        self.downloads = None  # tests.chaos.downloads.Downloads, for download scenarios
+        self.undo = []  # callables that put the machine back (e.g. unmount a tmpfs), last first
+        from tests.chaos import kinds
+
+        self.queues = [kinds.QUEUE]
+        # chaos.cv only with a Redis: in local mode a runworker would embed a CV worker.
+        self.kinds = [k for k in kinds.KINDS if k != kinds.CV]
 
     # --- the database, as workers and faults see it --------------------------------
 
@@ -496,10 +581,12 @@ class Run:
     def held_by(self, worker_name):
         """(job, token) RUNNING under `worker_name` now; None when the database cannot say."""
         from jobs.models import Job, JobStatus
+        from tests.chaos import kinds
 
         try:
             rows = Job.objects.filter(status=JobStatus.RUNNING, worker__name=worker_name)
-            return [(pk, str(token)) for pk, token in rows.values_list("pk", "lease_token")]
+            return [(pk, kinds.claim_name(kind, token, attempt)) for pk, kind, token, attempt
+                    in rows.values_list("pk", "kind", "lease_token", "attempts")]
         except Error:
             reset_connection()
             return None
@@ -530,13 +617,23 @@ class Run:
         specs = config.load.plan(random.Random(config.seed))
         durable_commits(True)
         scenario.setup(self)
+        self.prepare(scenario)
+        if self.downloads is not None:
+            fetches = self.downloads.load.plan(random.Random(config.seed + 2))
+            for n, (_kind, payload, _options) in enumerate(fetches, start=len(specs)):
+                payload["n"] = n
+            specs = specs + fetches
+            random.Random(config.seed + 3).shuffle(specs)
+        limits = {**config.load.limits(), **(self.downloads.limits() if self.downloads else {})}
+        self.limits = limits
         started_wall = time.time()
         load = sampler = None
         try:
-            self.fleet.start(proxied=scenario.needs_proxy)
+            self.fleet.start(proxied=scenario.needs_proxy,
+                             cv_workers=config.cv_workers if self.redis else 0)
             self.wait_for_workers()
             load = LoadGenerator(self, specs, spread_s=config.duration_s * 0.8)
-            sampler = Sampler(config.load.limits())
+            sampler = Sampler(limits, self.queues)
             load.start()
             sampler.start()
             window_ends = time.monotonic() + config.duration_s
@@ -562,19 +659,53 @@ class Run:
         sampler.stop.set()
         sampler.join(5)
         self.final_sweep()
-        evidence = self.collect(load, sampler)
+        evidence = self.collect(load, sampler, scenario)
         checker.save(evidence, self.dir / "evidence.json")
         report = checker.check(evidence, scenario=scenario.name, seed=config.seed,
                                database=self.vendor, bound_s=config.timings.recovery_bound_s,
                                slack_s=RECOVERY_SLACK_S)
+        if self.downloads is not None:
+            report.notes.append(f"downloads: {len(load.submitted)} submitted, "
+                                f"{sum(1 for a in evidence.assets if a.state == 'ready')} of "
+                                f"{len(evidence.assets)} assets ready")
         report.notes += self.notes
         report.notes.append(f"drained in {drained_s:.1f} s after the faults stopped; "
                             f"{len(self.fleet.exits)} worker exits; "
                             f"{time.time() - started_wall:.0f} s in all; run {self.id}")
-        unacked = len(specs) - len(load.acked)
+        unacked = len(specs) - len(load.acked) - len(load.submitted)
         if unacked:
             report.notes.append(f"{unacked} planned jobs were never acknowledged")
         return report
+
+    def prepare(self, scenario):
+        """Start what the scenario's load needs besides the workers: Redis, the downloads origin."""
+        from tests.chaos import downloads, kinds
+
+        if scenario.uses_redis:
+            from tests.chaos.redis_server import RedisServer, binary
+
+            if not self.config.redis_bin and not binary():
+                raise RuntimeError(f"scenario {scenario.name} needs redis-server, "
+                                   "which is not installed")
+            self.redis = RedisServer(self.config.redis_bin or binary(), folder=self.dir).start()
+            self.kinds = list(kinds.KINDS)
+        if scenario.download_load is not None:
+            self.downloads = downloads.Downloads(self, scenario.download_load,
+                                                 media_root=self.media_root).start()
+            self.queues = [kinds.QUEUE, downloads.QUEUE]
+            self.kinds = self.kinds + [downloads.KIND]
+
+    @property
+    def media_root(self):
+        return self.dir / "media"
+
+    def cv_ready(self):
+        """How many CV workers have announced themselves (a heartbeat in Redis)."""
+        try:
+            with self.redis.client() as client:
+                return len(client.keys("*:worker:chaos-cv-*"))
+        except Exception:  # noqa: BLE001 - a stalled or restarting Redis counts as none ready
+            return 0
 
     def wait_for_workers(self, timeout_s=90):
         """Wait until every worker has registered; a run whose workers never serve proves nothing."""
@@ -589,7 +720,8 @@ class Run:
             except Error:
                 reset_connection()
                 registered = set()
-            if names and registered == names:
+            cv_ready = self.redis is None or self.cv_ready() >= len(self.fleet.cv_workers)
+            if names and registered == names and cv_ready:
                 return
             time.sleep(0.2)
         tails = "\n".join(f"{p.name}: {p.read_text()[-300:]}" for p in self.fleet.logs())
@@ -598,14 +730,13 @@ class Run:
     def drain(self):
         """Wait until no chaos job is live; give up when nothing finishes for a while."""
         from jobs.models import Job
-        from tests.chaos import kinds
 
         began = last_change = time.monotonic()
         previous = None
         stall_s = self.config.timings.recovery_bound_s + 20
         while True:
             try:
-                live = Job.objects.live().filter(queue=kinds.QUEUE).count()
+                live = Job.objects.live().filter(queue__in=self.queues).count()
             except Error:
                 reset_connection()
                 live = None
@@ -628,23 +759,25 @@ class Run:
             self.survivors.append((pid, marker, "alive after the workers stopped"))
             procs.kill_if_of_run(pid, RUN_ENV, self.id)
 
-    def collect(self, load, sampler):
+    def collect(self, load, sampler, scenario):
         from jobs.models import Job, JobEvent
-        from tests.chaos import kinds
 
         reset_connection()
         jobs = [
             checker.JobRow(id=pk, status=status, result=result, attempts=attempts,
-                           keys=tuple(keys), error_code=code, n=payload.get("n"))
-            for pk, status, result, attempts, keys, code, payload in Job.objects.filter(
-                queue=kinds.QUEUE).values_list("pk", "status", "result", "attempts",
-                                               "concurrency_keys", "error_code", "payload")
+                           keys=tuple(keys), error_code=code, n=payload.get("n"), kind=kind,
+                           error_codes=tuple(e.get("code", "") for e in errors or []))
+            for pk, status, result, attempts, keys, code, payload, kind, errors in Job.objects.filter(
+                queue__in=self.queues).values_list("pk", "status", "result", "attempts",
+                                                   "concurrency_keys", "error_code", "payload",
+                                                   "kind", "errors")
         ]
         events = [
             checker.Event(job=job_id, kind=kind, attempt=attempt, wall=at.timestamp())
-            for job_id, kind, attempt, at in JobEvent.objects.filter(job__queue=kinds.QUEUE)
+            for job_id, kind, attempt, at in JobEvent.objects.filter(job__queue__in=self.queues)
             .values_list("job_id", "kind", "attempt", "at")
         ]
+        assets, staging, paused = self.downloads.evidence() if self.downloads else ([], [], set())
         locked_workers = sum(path.read_text(errors="replace").count("database is locked")
                              for path in self.fleet.logs())
         integrity = None
@@ -657,7 +790,7 @@ class Run:
             jobs=jobs,
             events=events,
             faults=list(self.faults),
-            limits=self.config.load.limits(),
+            limits=dict(self.limits),
             acked=set(load.acked),
             enqueue_calls=list(load.calls),
             sampled_violations=list(sampler.violations),
@@ -668,6 +801,11 @@ class Run:
             locked_errors_enqueue=load.locked,
             locked_errors_workers=locked_workers,
             integrity=integrity,
+            exits=list(self.fleet.ended),
+            assets=assets,
+            staging=staging,
+            paused_assets=paused,
+            allowed_failures=dict(scenario.allowed_failures),
         )
 
     def cleanup(self):
@@ -687,3 +825,10 @@ class Run:
         self.fleet.stop()
         for pid, _marker in procs.of_run(RUN_ENV, self.id):
             procs.kill_if_of_run(pid, RUN_ENV, self.id)
+        if self.redis is not None:
+            self.redis.close()
+        if self.downloads is not None:
+            self.downloads.close()
+        for undo in reversed(self.undo):
+            undo()
+        self.undo.clear()

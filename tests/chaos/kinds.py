@@ -13,7 +13,11 @@ process-mode jobs whose child needs a moment before it can write; "-" inline.
 The handler's result names the execution that committed it, so the checker can
 tell which execution the job row took its result from.
 
-More kinds (downloads, CV) plug in by adding to KINDS with the same ledger.
+`chaos.cv` is a redis-mode kind: the runworker publishes it to Redis and a
+`manage.py runcvworker` runs it (tests/chaos/cvkinds.py, the same ledger). A
+CV worker knows no lease token, only the attempt, so its executions are named
+`cv<attempt>` (`claim_name`): the sampler and the faults name its claims the
+same way. Downloads run the real `downloads.fetch` and write no ledger.
 """
 
 import os
@@ -26,6 +30,8 @@ LEDGER_DIR_ENV = "CHAOS_LEDGER_DIR"
 QUEUE = "chaos"
 INLINE = "chaos.inline"
 PROCESS = "chaos.process"
+CV = "chaos.cv"
+CV_TYPE = "chaos_cv"  # the CV worker's job type for CV
 
 # Many attempts: a job may be caught by several faults in a row, and a job
 # that fails for having been unlucky is not what these runs look for.
@@ -90,6 +96,20 @@ def run(ctx, payload):
     return {"token": str(ctx.job.lease_token), "attempt": ctx.attempt, "pid": os.getpid()}
 
 
+def claim_name(kind, lease_token, attempt):
+    """What the ledger calls a claim: its lease token, or `cv<attempt>` for a CV job."""
+    return f"cv{attempt}" if kind == CV else str(lease_token)
+
+
+def ingest(job, data):
+    """The CV worker's result document is the job's result (it names its execution)."""
+    return data
+
+
+def run_elsewhere(ctx, payload):
+    raise AssertionError("chaos.cv jobs run on CV workers (tests/chaos/cvkinds.py), not here")
+
+
 PROCESS_OPTIONS = {"stall_timeout_s": 10, "kill_grace_s": 1, "poll_interval_s": 0.1}
 
 KINDS = {
@@ -98,12 +118,15 @@ KINDS = {
     PROCESS: {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff_base_s": 0.2,
               "backoff_max_s": 2, "concurrency_keys": _keys, "default_limits": {"*": 1},
               "mode": "process", "options": PROCESS_OPTIONS},
+    CV: {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff_base_s": 0.2,
+         "backoff_max_s": 2, "concurrency_keys": _keys, "default_limits": {"*": 1},
+         "mode": "redis", "options": {"cv_type": CV_TYPE}, "ingest": ingest},
 }
 
 
 def register():
     for name, policy in KINDS.items():
-        registry.register(name, run, **policy)
+        registry.register(name, run_elsewhere if name == CV else run, **policy)
 
 
 def unregister():

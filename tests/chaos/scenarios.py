@@ -4,18 +4,29 @@ A scenario is pluggable: subclass `Scenario`, give it a name, and register it
 in SCENARIOS. The harness calls, in order:
 
     adjust(load) -> Load   the load this scenario wants (e.g. more process-mode jobs)
-    setup(run)             before the workers start
+    setup(run)             before the workers start (raise ScenarioSkipped when the
+                           machine cannot host the fault)
     inject(run)            once per fault; may block for the fault's length
                            (the harness pauses `pause_s` between calls)
     heal(run)              after the window, always, even when something failed
 
 Faults themselves are in tests/chaos/faults.py; kinds are declared in
 tests/chaos/kinds.py (workers load it through JOBS_HANDLER_MODULES).
+
+A scenario whose load has CV jobs sets `uses_redis` (the run starts a Redis
+of its own and CV workers); one with downloads sets `download_load` (the run
+starts a loopback origin and submits real downloads), and `allowed_failures`
+names the error codes with which its faults may legitimately end a download.
 """
 
 from dataclasses import replace
 
 from tests.chaos import faults
+from tests.chaos.downloads import DownloadLoad
+
+
+class ScenarioSkipped(Exception):
+    """This machine cannot host the scenario's fault; the message says why."""
 
 
 class Scenario:
@@ -25,6 +36,9 @@ class Scenario:
     needs_proxy = False
     warmup_s = 1.5  # the first jobs run before the first fault
     pause_s = (1.5, 2.5)  # between two faults, seeded
+    uses_redis = False
+    download_load = None  # DownloadLoad: real downloads.fetch jobs besides the ledger jobs
+    allowed_failures = {}  # download error code -> why a fault may end a download with it
 
     def adjust(self, load):
         return load
@@ -148,10 +162,116 @@ class CpuContention(Scenario):
         faults.stop_burners(run)
 
 
+def cv_load(load):
+    """A fifth of the jobs, half of them redis mode (the CV fleet runs 8 at once, not 24),
+    some of those longer than an outage, so a fault finds CV jobs running and queued."""
+    return replace(load, jobs=max(60, load.jobs // 5), cv_share=0.5, cv_s=(0.2, 3.0))
+
+
+class RedisRestart(Scenario):
+    name = "redis_restart"
+    description = ("kill Redis (no persistence, so every key is lost) and start it empty "
+                   "a second later; CV jobs must be sent again, and run once at a time")
+    uses_redis = True
+    pause_s = (3.0, 5.0)
+
+    def __init__(self, outage_s=1.0):
+        self.outage_s = outage_s
+
+    def adjust(self, load):
+        return cv_load(load)
+
+    def inject(self, run):
+        faults.restart_redis(run, self.outage_s)
+
+
+class RedisStall(Scenario):
+    name = "redis_stall"
+    description = "CLIENT PAUSE ALL past every client's socket timeout (5 s): Redis answers nothing"
+    uses_redis = True
+    pause_s = (2.0, 4.0)
+
+    def __init__(self, seconds=7.0):
+        self.seconds = seconds
+
+    def adjust(self, load):
+        return cv_load(load)
+
+    def inject(self, run):
+        faults.stall_redis(run, self.seconds)
+
+
+# Kills may spend all three attempts of a download: it then fails, and says why.
+KILLED_ATTEMPTS = {
+    "lease_expired": "its worker was killed during its last attempt",
+    "crashed": "its child was killed during its last attempt",
+}
+
+
+class DownloadScenario(Scenario):
+    """Real downloads only (no ledger jobs, so their user:N keys meet no others).
+
+    `downloads` submissions, or one for every 50 jobs the run was asked for
+    (a fetch costs a Python start and seconds of transfer, a ledger job none).
+    """
+
+    per_jobs = 50
+
+    def __init__(self, downloads=None):
+        self.downloads = downloads
+        self.download_load = DownloadLoad(downloads=downloads or 16)
+
+    def adjust(self, load):
+        count = self.downloads or max(16, load.jobs // self.per_jobs)
+        # About three downloads per file: some share an asset, most need a fetch.
+        self.download_load = replace(self.download_load, downloads=count, files=max(6, count // 3))
+        return replace(load, jobs=0)
+
+
+class DownloadKill(DownloadScenario):
+    name = "download_kill"
+    description = ("real downloads (yt-dlp children) from a loopback origin; SIGKILL a random "
+                   "worker or a random child in turn")
+    allowed_failures = KILLED_ATTEMPTS
+    pause_s = (2.0, 3.0)
+
+    def inject(self, run):
+        if run.rng.random() < 0.5:
+            faults.kill_worker(run)
+        else:
+            faults.kill_child(run)
+
+
+class DiskFull(DownloadScenario):
+    name = "disk_full"
+    description = ("real downloads into a MEDIA_ROOT on a small tmpfs, filled up to the last "
+                   "64 KiB for a few seconds at a time")
+    allowed_failures = {"storage_full": "the disk was full during all its attempts"}
+    pause_s = (2.0, 4.0)
+    tmpfs_bytes = 64 * 1024 * 1024  # room for every file, so only the filler fills it
+
+    def __init__(self, downloads=None, full_s=4.0):
+        super().__init__(downloads)
+        self.full_s = full_s
+
+    def setup(self, run):
+        from tests.chaos import downloads
+
+        try:
+            downloads.mount_tmpfs(run.media_root, self.tmpfs_bytes)
+        except downloads.MountRefused as exc:
+            raise ScenarioSkipped(f"disk_full needs a tmpfs for MEDIA_ROOT: {exc}") from None
+        run.undo.append(lambda: downloads.unmount(run.media_root))
+
+    def inject(self, run):
+        faults.fill_disk(run, self.full_s)
+
+
 SCENARIOS = {s.name: s for s in [WorkerKill(), ChildKill(), WorkerStop(),
                                   WorkerStopInTransaction(), PostgresRestart(),
                                   TerminateSessions(), LostReplies(), Partition(),
-                                  CpuContention()]}
+                                  CpuContention(), RedisRestart(), RedisStall(),
+                                  DownloadKill(), DiskFull()]}
 
 
 def get(name):

@@ -2,7 +2,17 @@
 
 import pytest
 
-from tests.chaos.checker import Event, Evidence, Fault, JobRow, Line, check, executions, read_ledger
+from tests.chaos.checker import (
+    AssetRow,
+    Event,
+    Evidence,
+    Fault,
+    JobRow,
+    Line,
+    check,
+    executions,
+    read_ledger,
+)
 
 pytestmark = pytest.mark.dbless
 
@@ -188,3 +198,130 @@ def test_evidence_saved_and_loaded_gives_the_same_verdict(tmp_path):
                 for e in (evidence, again)]
     assert verdicts[0].violations() == verdicts[1].violations() == {"overlaps": 1}
     assert verdicts[0].recoveries == verdicts[1].recoveries
+
+
+# --- CV executions (redis mode): named cv<attempt> ---------------------------------------
+
+CV1 = "cv1"
+
+
+def test_the_same_cv_attempt_run_again_after_its_first_run_ended_is_no_overlap():
+    # Redis lost the attempt's record after it ran; it ran again, once, afterwards.
+    lines = ledger((1, 1, CV1, T0, T0 + 1, "commit"), (1, 1, CV1, T0 + 5, T0 + 6, "commit"))
+    report = verdict(lines, [done(1, CV1, 1)])
+    assert report.ok(), report.describe()
+    assert report.cv_executions == 2 and report.reruns_after_commit == 0
+
+
+def test_the_same_cv_attempt_running_twice_at_once_is_an_overlap():
+    lines = [line("start", 1, 1, CV1, T0, pid=10, worker=10),
+             line("start", 1, 1, CV1, T0 + 1, pid=20, worker=20),
+             line("commit", 1, 1, CV1, T0 + 2, pid=10, worker=10),
+             line("commit", 1, 1, CV1, T0 + 3, pid=20, worker=20)]
+    report = verdict(lines, [done(1, CV1, 1)])
+    assert report.overlaps == [(1, CV1, CV1, "the same CV attempt ran twice at once")]
+
+
+def test_a_cv_attempt_started_again_after_its_worker_died_is_no_overlap():
+    lines = [line("start", 1, 1, CV1, T0, pid=10, worker=10),
+             line("start", 1, 1, CV1, T0 + 4, pid=20, worker=20),
+             line("commit", 1, 1, CV1, T0 + 5, pid=20, worker=20)]
+    evidence = Evidence(lines=lines, jobs=[done(1, CV1, 1)], events=[], faults=[], limits={},
+                        acked={1}, exits=[(10, T0 + 2)])
+    report = check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
+    assert report.ok(), report.describe()
+
+
+def test_a_requeue_does_not_end_a_cv_attempt_but_a_rescue_does():
+    # Requeued (Redis was away at publish), claimed again with the same attempt,
+    # and the fleet ran it: the result is that attempt's.
+    lines = ledger((1, 1, CV1, T0 + 1, T0 + 2, "commit"))
+    assert verdict(lines, [done(1, CV1, 1)], [Event(1, "requeued", 1, T0)]).ok()
+    # Rescued: attempt 1's lease is gone, so its result cannot be the job's.
+    report = verdict(lines, [done(1, CV1, 1)], [Event(1, "rescued", 1, T0 + 1.5)])
+    assert report.duplicated == [(1, "result written by cv1 after its lease ended")]
+
+
+# --- Downloads: assets, staging, failures ------------------------------------------------
+
+
+def fetch(job, status="SUCCESSFUL", code="", errors=()):
+    return JobRow(id=job, status=status, result={"asset": 1}, attempts=1 + len(errors),
+                  error_code=code, kind="downloads.fetch", error_codes=tuple(errors))
+
+
+def downloads_verdict(jobs, *, assets=(), staging=(), paused=(), allowed=None):
+    evidence = Evidence(lines=[], jobs=list(jobs), events=[], faults=[], limits={}, acked=set(),
+                        assets=list(assets), staging=list(staging), paused_assets=set(paused),
+                        allowed_failures=allowed or {})
+    return check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
+
+
+def test_an_asset_left_downloading_after_the_drain_is_stuck():
+    assets = [AssetRow(1, "ready", intact=True), AssetRow(2, "downloading", holder="tok-x"),
+              AssetRow(3, "pending")]
+    report = downloads_verdict([fetch(1)], assets=assets)
+    assert report.stuck_assets == [(2, "tok-x")]
+    assert report.violations() == {"assets stuck in downloading": 1}
+
+
+def test_a_ready_asset_whose_file_is_not_the_origins_bytes_is_corrupt():
+    assets = [AssetRow(1, "ready", intact=True), AssetRow(2, "ready", intact=False)]
+    assert downloads_verdict([fetch(1)], assets=assets).corrupt_assets == [2]
+
+
+def test_staging_files_may_stay_only_for_a_paused_download():
+    staging = [("4", ["media.mp4.part"]), ("5", ["media.mp4.part", "media.f1.mp4"])]
+    report = downloads_verdict([fetch(1)], staging=staging, paused={4})
+    assert report.leftover_staging == [("5", ["media.f1.mp4", "media.mp4.part"])]
+    assert report.violations() == {"leftover staging": 1}
+
+
+def test_a_download_may_fail_only_with_an_error_the_scenario_explains():
+    allowed = {"storage_full": "the disk was full"}
+    jobs = [fetch(1, errors=["storage_full"]),
+            fetch(2, "FAILED", "storage_full", errors=["storage_full"] * 3)]
+    report = downloads_verdict(jobs, allowed=allowed)
+    assert report.ok(), report.describe()
+    assert report.failed_allowed == {"storage_full": 1}
+    assert report.attempt_errors == {"storage_full": 4}
+    # A bare error on the way is unexplained, and a download still live after the drain is lost.
+    report = downloads_verdict([fetch(1, errors=["error"]), fetch(2, "READY")], allowed=allowed)
+    assert report.unclear_errors == [(1, "error")]
+    assert report.lost == [(2, "READY", "")]
+
+
+def test_a_lost_workers_job_that_the_rescue_failed_for_good_counts_as_recovered_then():
+    # Its last attempt: the rescue 4 s after the kill failed it; nothing runs it again.
+    kill = Fault("worker_kill", "w", mono=T0 - MONO, wall=T0, pid=10, loses_worker=True,
+                 held=[(1, A)])
+    job = JobRow(id=1, status="FAILED", result=None, attempts=3, error_code="lease_expired",
+                 kind="downloads.fetch", error_codes=("crashed", "crashed", "lease_expired"))
+    evidence = Evidence(lines=[], jobs=[job], events=[Event(1, "rescued", 3, T0 + 4)],
+                        faults=[kill], limits={}, acked=set(),
+                        allowed_failures={"crashed": "", "lease_expired": ""})
+    report = check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
+    assert report.ok(), report.describe()
+    assert [round(r[2], 2) for r in report.recoveries] == [4.0]
+    # Without that rescue the job was never taken from its dead worker.
+    evidence.events = []
+    report = check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
+    assert report.unrecovered == [("worker_kill", "w", 1)]
+
+
+def test_a_rescued_download_is_held_to_the_bound_until_its_rescue_not_its_next_claim():
+    # Rescued 3 s after its worker died, claimed again at 9 s once its asset's slot was free.
+    kill = Fault("worker_kill", "w", mono=T0 - MONO, wall=T0, pid=10, loses_worker=True,
+                 held=[(1, A)])
+    job = JobRow(id=1, status="SUCCESSFUL", result={"asset": 1}, attempts=2,
+                 kind="downloads.fetch")
+    events = [Event(1, "rescued", 1, T0 + 3)]
+    evidence = Evidence(lines=[], jobs=[job], events=events, faults=[kill], limits={},
+                        acked=set(), claims_seen={(1, B): T0 + 9 - MONO})
+    report = check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
+    assert report.ok(), report.describe()
+    assert [r[2] for r in report.recoveries] == [3.0] and [r[2] for r in report.reclaims] == [9.0]
+    # A rescue that came late is late.
+    evidence.events = [Event(1, "rescued", 1, T0 + 7)]
+    report = check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
+    assert report.violations() == {"late recoveries": 1}
