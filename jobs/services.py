@@ -812,7 +812,26 @@ def rescue_expired(limit=500):
                 rescued.append(job.pk)
         if changed:
             _notify(job.queue)
+            if job.stop_requested == "cancel":
+                _clean_up_after_dead_worker(job, "cancelled")
+            elif job.stop_requested != "pause" and job.attempts >= job.max_attempts:
+                _clean_up_after_dead_worker(job, "lease_expired")
     return rescued
+
+
+def _clean_up_after_dead_worker(job, reason):
+    """A job its rescue ended for good gets the cleanup its dead worker never ran.
+
+    Without it what the job held outside the queue (an asset marked as being
+    downloaded, a partial file) stays held, as no attempt comes to take it
+    over. A rescue that requeues or pauses leaves that to the next attempt.
+    """
+    try:
+        cleanup = registry.get(job.kind).policy.cleanup
+        if cleanup is not None:
+            cleanup(job, reason=reason)  # `job` still carries the dead attempt's lease token
+    except Exception:  # noqa: BLE001 - the rescue itself is done and committed
+        log.exception("cleanup after the rescue of job %s failed", job.pk)
 
 
 def rearm_after_cooldown():

@@ -6,8 +6,9 @@
 - Redis stalled past the heartbeat TTL: every heartbeat expired at once, and
   the reapers handed every running job to a second worker. A reaper that saw
   Redis fail or stall now trusts no missing heartbeat for a TTL.
-- Not fixed yet (marked xfail): a download failed for good by the rescue of
-  its dead worker leaves its asset `downloading` and its partial in staging.
+- A download failed for good by the rescue of its dead worker left its asset
+  `downloading` and its partial in staging: the rescue now runs the kind's
+  cleanup.
 """
 
 import threading
@@ -220,10 +221,6 @@ def test_an_attempt_whose_status_redis_lost_after_its_result_was_written_is_inge
 # --- A download whose worker died during its last attempt ----------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rescue_expired() fails a job whose attempts are spent without calling its kind's "
-    "cleanup (its worker is dead), so the asset stays `downloading` under a dead holder, "
-    "with its partial in staging, until another download of the same file claims it."))
 def test_a_download_failed_by_its_last_rescue_leaves_no_asset_downloading_and_no_partial(
         transactional_db, settings, user, media_root):
     from downloads import services as downloads
