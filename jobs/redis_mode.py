@@ -53,12 +53,18 @@ class Monitor(threading.Thread):
         self.unavailable_until = 0.0  # monotonic; see UNAVAILABLE_SKIP_S
 
     # Called from the worker's main loop when it claims a redis-mode job.
-    def adopt(self, job):
-        # Watched (its lease renewed) from the start: publishing to a stalled
-        # Redis takes a socket timeout, and the jobs claimed with this one wait
-        # their turn meanwhile; none may lose its lease to that.
+    def adopt(self, jobs):
+        """Watch CV jobs claimed together, then send each to the CV fleet."""
+        # All are watched (their leases renewed) before the first is sent:
+        # publishing to a stalled Redis takes a socket timeout, and the jobs
+        # claimed with it wait their turn meanwhile; none may lose its lease.
         with self.lock:
-            self.inflight[job.pk] = job
+            for job in jobs:
+                self.inflight[job.pk] = job
+        for job in jobs:
+            self.send(job)
+
+    def send(self, job):
         try:
             if time.monotonic() < self.unavailable_until:
                 raise redis.ConnectionError("a publish failed a moment ago")

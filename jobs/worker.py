@@ -154,8 +154,13 @@ class Worker:
             log.warning("claim failed (%s); retrying", exc.__class__.__name__)
             self.reset_connection()
             return None
+        cv_jobs = [job for job in jobs if registry.get(job.kind).policy.mode == "redis"]
         for job in jobs:
-            self.start(job)
+            if job.pk not in {j.pk for j in cv_jobs}:
+                self.start(job)
+        if cv_jobs:
+            # Publishing frees their slots at once; the monitor watches them from here.
+            self.cv_monitor().adopt(cv_jobs)
         self.claimed_total += len(jobs)
         return jobs
 
@@ -185,10 +190,6 @@ class Worker:
 
     def start(self, job):
         policy = registry.get(job.kind).policy
-        if policy.mode == "redis":
-            # Publishing frees the slot at once; the monitor watches the job from here.
-            self.cv_monitor().adopt(job)
-            return
         ctx = JobContext(job, worker_id=self.name)
         # A process-mode child is killed at its wall-clock cap by its
         # supervisor; the inline timeout watchdog is for threads only.

@@ -169,7 +169,7 @@ def monitor(transactional_db, settings, redis_url, prefix, media_root):
 def claimed_cv_job(monitor):
     services.enqueue("tests.cv_noop", {"echo": 1})
     [job] = claiming.claim(monitor.worker.row, queues=["cv"], kinds=["tests.cv_noop"], limit=1)
-    monitor.adopt(job)
+    monitor.adopt([job])
     return job
 
 
@@ -194,7 +194,7 @@ def test_a_result_file_older_than_the_attempt_is_never_ingested_for_it(monitor, 
     [job] = claiming.claim(monitor.worker.row, queues=["cv"], kinds=["tests.cv_noop"], limit=1)
     stale = media_root / result_path(str(job.pk), job.attempts)
     files.write_json_atomic(stale, {"echo": "from another database"})
-    monitor.adopt(job)
+    monitor.adopt([job])
     assert not stale.exists()  # a publish starts the attempt afresh
     forget_everything(monitor.transport.client, prefix)
     monitor.tick()
@@ -245,3 +245,34 @@ def test_a_download_failed_by_its_last_rescue_leaves_no_asset_downloading_and_no
     assert (job.status, job.error_code) == (JobStatus.FAILED, "lease_expired")
     assert MediaAsset.objects.get(pk=download.asset_id).state != MediaAsset.State.DOWNLOADING
     assert not any(staging.glob("*"))
+
+
+# --- CV jobs claimed together while Redis stalls -------------------------------------------
+
+
+def test_cv_jobs_claimed_together_are_all_watched_before_the_first_is_sent(
+        transactional_db, settings, stalling_redis, prefix, media_root):
+    settings.REDIS_URL = stalling_redis.url
+    settings.CV_REDIS_PREFIX = prefix
+    redisconn._clients.clear()
+    row = WorkerRow.objects.create(name="batch", host="h", pid=1, queues=["cv"],
+                                   kinds=["tests.cv_noop"], concurrency=3)
+    watcher = Monitor(SimpleNamespace(row=row, exited=threading.Event(), wake=threading.Event(),
+                                      reset_connection=lambda: None))
+    for i in range(3):
+        services.enqueue("tests.cv_noop", {"echo": i})
+    jobs = claiming.claim(row, queues=["cv"], kinds=["tests.cv_noop"], limit=3)
+    assert len(jobs) == 3
+    try:
+        stalling_redis.pause(1500)
+        sending = threading.Thread(target=watcher.adopt, args=(jobs,), daemon=True)
+        sending.start()
+        time.sleep(0.5)  # the first publish is waiting on the stalled Redis
+        assert sending.is_alive()
+        with watcher.lock:
+            # Every one is watched, so its lease is renewed while it waits its turn.
+            assert set(watcher.inflight) == {job.pk for job in jobs}
+        sending.join(20)
+        assert watcher.transport.queue_lengths(["noop"]) == {"noop": 3}
+    finally:
+        redisconn._clients.clear()
