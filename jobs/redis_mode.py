@@ -47,6 +47,9 @@ class Monitor(threading.Thread):
         self.inflight = {}  # job id -> Job as claimed
         self.seen = {}  # job id -> last mirrored (state, fraction, phase, message)
         self.missing = {}  # job id -> monotonic time Redis was first found not to know its attempt
+        # Watched but not sent yet: nothing to follow, and above all nothing
+        # for `lost` to publish, or the attempt would go out twice.
+        self.unsent = set()
         self.lock = threading.Lock()
         self.transport = Transport(redisconn.get_client())
         self.embedded = None
@@ -61,10 +64,18 @@ class Monitor(threading.Thread):
         with self.lock:
             for job in jobs:
                 self.inflight[job.pk] = job
+                self.unsent.add(job.pk)
         for job in jobs:
-            self.send(job)
+            try:
+                self.send(job)
+            finally:
+                with self.lock:
+                    self.unsent.discard(job.pk)
 
     def send(self, job):
+        with self.lock:
+            if job.pk not in self.inflight:
+                return  # its lease went while it waited its turn: no longer ours to send
         try:
             if time.monotonic() < self.unavailable_until:
                 raise redis.ConnectionError("a publish failed a moment ago")
@@ -136,7 +147,7 @@ class Monitor(threading.Thread):
 
     def tick(self):
         with self.lock:
-            jobs = list(self.inflight.values())
+            jobs = [job for pk, job in self.inflight.items() if pk not in self.unsent]
         if not jobs:
             return
         asked = dict(

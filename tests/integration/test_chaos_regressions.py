@@ -276,3 +276,19 @@ def test_cv_jobs_claimed_together_are_all_watched_before_the_first_is_sent(
         assert watcher.transport.queue_lengths(["noop"]) == {"noop": 3}
     finally:
         redisconn._clients.clear()
+
+
+def test_a_watched_job_not_sent_yet_is_never_sent_by_the_lost_attempt_path(monitor):
+    services.enqueue("tests.cv_noop", {"echo": 1})
+    [job] = claiming.claim(monitor.worker.row, queues=["cv"], kinds=["tests.cv_noop"], limit=1)
+    with monitor.lock:  # as adopt() leaves a job while an earlier one's publish waits
+        monitor.inflight[job.pk] = job
+        monitor.unsent.add(job.pk)
+    monitor.tick()
+    monitor.missing[job.pk] = time.monotonic() - 60  # unknown to Redis for long enough
+    monitor.tick()
+    assert monitor.transport.queue_lengths(["noop"]) == {"noop": 0}
+    with monitor.lock:
+        monitor.unsent.discard(job.pk)
+    monitor.send(job)
+    assert monitor.transport.queue_lengths(["noop"]) == {"noop": 1}  # sent exactly once
