@@ -240,6 +240,24 @@ def stall_redis(run, seconds):
 # --- The media disk ------------------------------------------------------------------------
 
 
+def wait_for_a_transfer(run, timeout_s):
+    """Wait until some download is writing a partial file under MEDIA_ROOT/staging (or time out)."""
+    staging = run.media_root / "staging"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(_has_bytes(f) for f in staging.glob("*/*")):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _has_bytes(path):
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False  # gone meanwhile: that transfer finished
+
+
 def fill_disk(run, seconds):
     """Fill MEDIA_ROOT's file system (a small tmpfs) for `seconds`, then free it again."""
     from tests.chaos import downloads

@@ -264,6 +264,9 @@ class DiskFull(DownloadScenario):
         run.undo.append(lambda: downloads.unmount(run.media_root))
 
     def inject(self, run):
+        # The worst moment: a transfer is writing its partial file. Without
+        # waiting for one, a short run can fill the disk between transfers.
+        faults.wait_for_a_transfer(run, timeout_s=10.0)
         faults.fill_disk(run, self.full_s)
 
 
