@@ -46,6 +46,7 @@ def cluster_main(worker_pid):
     return None
 
 
+@pytest.mark.once  # process supervision; the firing test below runs on both
 def test_runworker_supervises_its_scheduler(spawn_worker):
     worker = spawn_worker(scheduler=True)
     first = wait_for(lambda: cluster_main(worker.pid), timeout=30)
@@ -65,6 +66,7 @@ def test_runworker_supervises_its_scheduler(spawn_worker):
     wait_for(lambda: not clusters_of(worker.pid), timeout=15)
 
 
+@pytest.mark.once  # process supervision; the firing test below runs on both
 def test_no_scheduler_starts_none_and_sigterm_stops_it(spawn_worker):
     without = spawn_worker()  # the fixture passes --no-scheduler unless asked
     with_role = spawn_worker(scheduler=True)

@@ -9,7 +9,8 @@ import pytest
 
 from tests.chaos import scenarios
 
-pytestmark = pytest.mark.slow
+# Processes and files are the subject; `make chaos` runs these on SQLite too.
+pytestmark = [pytest.mark.slow, pytest.mark.once]
 
 SMALL = {"workers": 3, "concurrency": 4, "duration_s": 6}
 

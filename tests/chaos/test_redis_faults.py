@@ -10,7 +10,8 @@ import pytest
 from tests.chaos import scenarios
 from tests.chaos.harness import Load
 
-pytestmark = [pytest.mark.slow, pytest.mark.redis]
+# The CV transport is the subject; `make chaos` runs these on SQLite too.
+pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.once]
 
 SMALL = {"workers": 3, "concurrency": 4, "duration_s": 6, "cv_workers": 2}
 
