@@ -6,20 +6,9 @@ environment of a child process) sees the value in force at the call.
 
 import re
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-
 from project import env
 
-
-def _setting(name, default, read):
-    try:
-        return getattr(settings, name)
-    except AttributeError:
-        pass
-    except ImproperlyConfigured:
-        pass  # a bare child process without Django settings reads the environment alone
-    return read(name, default)
+_setting = env.setting
 
 
 def egress_allow():

@@ -6,7 +6,6 @@ INSIGHTS_CONCURRENCY and INSIGHTS_GAP_SECONDS seed the `insights` Queue row
 through JOBS_QUEUES (project/settings.py), and staff edit that row afterwards.
 """
 
-from django.conf import settings
 
 from project import env
 
@@ -17,9 +16,7 @@ INTERACTIVE = 10  # a page the user has open right now
 PREFETCH = -10  # backfill after new data arrived
 
 
-def _setting(name, default, read):
-    value = getattr(settings, name, None)
-    return value if value is not None else read(name, default)
+_setting = env.setting
 
 
 def _number(kind=float, minimum=0):

@@ -19,6 +19,18 @@ TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
 
 
+def setting(name, default, read):
+    """A Django setting of that name when one is set; otherwise `read(name, default)` from the
+    environment (e.g. `get_str`). An app's knobs read this way can be set either place."""
+    from django.conf import settings
+
+    try:
+        value = getattr(settings, name, None)
+    except ImproperlyConfigured:
+        value = None  # a bare child process without Django settings reads the environment alone
+    return value if value is not None else read(name, default)
+
+
 def get_str(name, default=""):
     return os.environ.get(name, default)
 

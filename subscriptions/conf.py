@@ -4,20 +4,10 @@ Functions rather than constants so that a test (or a worker started with a
 different environment) sees the value in force at the call.
 """
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 
 from project import env
 
-
-def _setting(name, default, read):
-    try:
-        return getattr(settings, name)
-    except AttributeError:
-        pass
-    except ImproperlyConfigured:
-        pass  # a bare child process without Django settings reads the environment alone
-    return read(name, default)
+_setting = env.setting
 
 
 def _int(minimum):
