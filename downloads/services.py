@@ -372,16 +372,25 @@ def asset_collect_or_skip(asset_id):
             return "referenced"
         if selectors.edit_waits_for(asset_id):
             return "edit_waiting"
-        busy = selectors.asset_busy(asset_id)
-        if busy:
-            return busy
-        if not _discard_unless_read(asset):
-            return "streaming"
-        was_ready = asset.state == A.READY
-        MediaAsset.objects.filter(pk=asset_id).update(
-            state=A.PENDING, file="", size_bytes=None, ready_at=None, segment_job=None)
-        _forget_file_data(asset_id, was_ready=was_ready)
+        kept = _drop_file_unless_used(asset, size_bytes=None)
+        if kept:
+            return kept
     return "collected"
+
+
+def _drop_file_unless_used(asset, **also):
+    """Delete a row-locked asset's file and make it pending, unless a live job or a player uses
+    it; returns why it was kept ("live_job", "live_cv_job", "streaming"), or None."""
+    busy = selectors.asset_busy(asset.pk)
+    if busy:
+        return busy
+    if not _discard_unless_read(asset):
+        return "streaming"
+    was_ready = asset.state == A.READY
+    MediaAsset.objects.filter(pk=asset.pk).update(
+        state=A.PENDING, file="", ready_at=None, segment_job=None, **also)
+    _forget_file_data(asset.pk, was_ready=was_ready)
+    return None
 
 
 def asset_evict(asset_id, *, used_at=None):
@@ -402,14 +411,9 @@ def asset_evict(asset_id, *, used_at=None):
             return "gone"
         if used_at is not None and _used_since(asset, used_at):
             return "used"
-        busy = selectors.asset_busy(asset_id)
-        if busy:
-            return busy
-        if not _discard_unless_read(asset):
-            return "streaming"
-        MediaAsset.objects.filter(pk=asset_id).update(
-            state=A.PENDING, file="", ready_at=None, segment_job=None)
-        _forget_file_data(asset_id, was_ready=True)
+        kept = _drop_file_unless_used(asset)
+        if kept:
+            return kept
         finished = Q(job__isnull=True, status=S.SUCCESSFUL) | Q(job__status=JobStatus.SUCCESSFUL)
         Download.objects.filter(finished, asset_id=asset_id).update(
             job=None, status=S.EVICTED, error_code="", error="")
