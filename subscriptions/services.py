@@ -8,7 +8,6 @@ they are asked for, at most one check of a subscription is queued or running.
 
 from datetime import timedelta
 
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models.functions import Now
@@ -16,6 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from downloads import services as downloads
 from downloads.addresses import validate_url
 from downloads.models import Format
 from jobs import services as jobs
@@ -34,12 +34,6 @@ SCHEDULED_PRIORITY = 0
 def check_key(subscription_id):
     """The unique key of a subscription's check: one live check per subscription."""
     return f"subscription-check:{subscription_id}"
-
-
-def _lock_owner(owner):
-    """Serialise one user's subscribes until the transaction ends, so two tabs cannot both pass
-    the per-user cap or the duplicate check (SQLite's IMMEDIATE transactions already do)."""
-    get_user_model().objects.select_for_update().filter(pk=owner.pk).values_list("pk").first()
 
 
 def validate_interval(interval_s):
@@ -68,7 +62,8 @@ def subscribe(owner, url, *, fmt=Format.BEST, interval_s):
         raise ValidationError(gettext_lazy("Choose one of the offered formats."), code="format")
     validate_interval(interval_s)
     with transaction.atomic():
-        _lock_owner(owner)
+        # Two tabs must not both pass the per-user cap or the duplicate check.
+        downloads.lock_owner(owner)
         mine = Subscription.objects.filter(owner=owner)
         if mine.filter(url_digest=digest(normalised), format=fmt).exists():
             raise ValidationError(
