@@ -154,9 +154,11 @@ class Worker:
             log.warning("claim failed (%s); retrying", exc.__class__.__name__)
             self.reset_connection()
             return None
-        cv_jobs = [job for job in jobs if registry.get(job.kind).policy.mode == "redis"]
+        cv_jobs = []
         for job in jobs:
-            if job.pk not in {j.pk for j in cv_jobs}:
+            if registry.get(job.kind).policy.mode == "redis":
+                cv_jobs.append(job)
+            else:
                 self.start(job)
         if cv_jobs:
             # Publishing frees their slots at once; the monitor watches them from here.
