@@ -40,7 +40,6 @@ class SchedulerRole:
         self.stop_grace_s = stop_grace_s
         self.stopping = threading.Event()
         self.proc = None
-        self.starts = 0
         self.thread = None
 
     def start(self):
@@ -76,7 +75,6 @@ class SchedulerRole:
                 env={**os.environ, OWNER_ENV: str(os.getpid())}, cwd=str(settings.BASE_DIR),
                 start_new_session=True,  # a terminal's Ctrl+C reaches runworker, which decides
             )
-            self.starts += 1
             log.info("scheduler started (pid %s)", self.proc.pid)
             code = self.proc.wait()
             # A cluster that died abruptly leaves its sentinel and workers behind
