@@ -20,7 +20,7 @@ run: venv
 	scripts/run-site
 
 test: venv
-	$(PY) -m tests.services -- scripts/run-tests
+	$(PY) -m tests.services -- scripts/run-tests $(ARGS)
 
 bench: venv
 	$(PY) bench/run.py

@@ -65,7 +65,7 @@ def start_postgres(root):
     )
     options = (
         f"-c listen_addresses=127.0.0.1 -p {port} -k {folder} -c fsync=off "
-        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=500"
     )
     subprocess.run(
         prefix + [f"{pg_bin}/pg_ctl", "-D", str(data), "-l", str(folder / "log"), "-w", "-t", "30",

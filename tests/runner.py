@@ -1,0 +1,182 @@
+"""Run the suite on PostgreSQL and on SQLite, in two phases.
+
+    python -m tests.runner [--db postgres|sqlite] [pytest arguments...]
+
+(`scripts/run-tests` under `python -m tests.services --`, which starts the
+throw-away servers; `make test ARGS=...` passes its arguments here.)
+
+1. **Parallel**: both databases at once, each spread over pytest-xdist
+   workers (`TEST_WORKERS` each; tests/isolation.py gives every worker its own
+   database, folder and Redis database). Most tests wait on subprocesses,
+   sockets and sleeps, so a 2-core machine runs several at a time.
+2. **Serial**: the tests marked `serial`, one at a time with nothing else
+   running: they time recovery bounds and supervisor reactions, restart the
+   PostgreSQL server everyone shares, or are the chaos small tier.
+
+PostgreSQL runs every layer; SQLite runs the database layers again, less the
+tests marked `postgres`, `dbless` or `once` (those ran on PostgreSQL). Path
+arguments replace the default layers on both databases. A database none of
+whose phases collected a test fails the run (pytest's exit code 5), so a run
+cannot pass by running nothing.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_TESTS_COLLECTED = 5
+
+
+@dataclass
+class Database:
+    name: str
+    url: str
+    layers: list
+    marks: str  # which tests this database runs
+    redis_db_base: int  # tests/isolation.py: a range of Redis databases of its own
+    codes: list = field(default_factory=list)
+
+
+def default_workers():
+    # One more than the cores per database, two databases at once: the tests
+    # wait on processes they start, but starting Python is CPU, and more
+    # workers than this only makes every start slower.
+    return max(2, (os.cpu_count() or 1) + 1)
+
+
+def split_arguments(argv):
+    """(databases asked for, user's -m expression, path arguments, the other pytest arguments)."""
+    wanted, markexpr, paths, rest = None, None, [], []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--db":
+            wanted = next(args, "")
+        elif arg.startswith("--db="):
+            wanted = arg.split("=", 1)[1]
+        elif arg in ("-m", "--markexpr"):
+            markexpr = next(args, "")
+        elif not arg.startswith("-") and Path(ROOT, arg.split("::")[0]).exists():
+            paths.append(arg)
+        else:
+            rest.append(arg)
+    return wanted, markexpr, paths, rest
+
+
+def databases(var_dir, paths):
+    found = []
+    postgres_url = os.environ.get("TEST_POSTGRES_URL")
+    if postgres_url:
+        found.append(Database("postgres", postgres_url, paths or ["tests"], "", 0))
+    found.append(Database(
+        "sqlite", f"sqlite:///{var_dir / 'sqlite' / 'haulage.sqlite3'}",
+        paths or ["tests/integration", "tests/acceptance", "tests/chaos"],
+        "not postgres and not dbless and not once", 8,
+    ))
+    return found
+
+
+def markexpr(*parts):
+    return " and ".join(f"({part})" for part in parts if part)
+
+
+def pytest_command(database, phase, marks, rest, var_dir, workers):
+    reports = var_dir / "reports"
+    reports.mkdir(exist_ok=True)
+    command = [sys.executable, "-m", "pytest", "--durations=15",
+               f"--junitxml={reports / f'{database.name}-{phase}.xml'}",
+               "-m", marks, *database.layers, *rest]
+    if phase == "parallel":
+        # worksteal: a worker that runs out takes half of a busy one's
+        # remaining tests, so one long file does not leave the rest idle.
+        command[3:3] = ["-n", str(workers), "--dist", "worksteal"]
+    return command
+
+
+def environment(database, var_dir):
+    own = var_dir / database.name
+    own.mkdir(exist_ok=True)
+    return {**os.environ, "DATABASE_URL": database.url, "HAULAGE_VAR_DIR": str(own),
+            "TEST_REDIS_DB_BASE": str(database.redis_db_base)}
+
+
+def run_prefixed(command, env, prefix):
+    """Start `command`, copying its output lines behind `prefix`; returns (process, copier thread)."""
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+
+    def copy():
+        for line in proc.stdout:
+            sys.stdout.write(f"{prefix}{line}")
+            sys.stdout.flush()
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    return proc, thread
+
+
+def parallel_phase(chosen, user_marks, rest, var_dir, workers):
+    print(f"=== Parallel phase: {', '.join(d.name for d in chosen)} at once, "
+          f"{workers} workers each", flush=True)
+    started = []
+    for database in chosen:
+        marks = markexpr(database.marks, user_marks, "not serial")
+        command = pytest_command(database, "parallel", marks, rest, var_dir, workers)
+        prefix = f"[{database.name}] " if len(chosen) > 1 else ""
+        started.append((database, *run_prefixed(command, environment(database, var_dir), prefix)))
+    for database, proc, thread in started:
+        database.codes.append(proc.wait())
+        thread.join()
+
+
+def serial_phase(chosen, user_marks, rest, var_dir):
+    for database in chosen:
+        print(f"=== Serial phase: {database.name}", flush=True)
+        marks = markexpr(database.marks, user_marks, "serial")
+        command = pytest_command(database, "serial", marks, rest, var_dir, 1)
+        database.codes.append(subprocess.call(command, cwd=ROOT, env=environment(database, var_dir)))
+
+
+def verdict(database):
+    """0 when every phase passed and at least one ran a test; otherwise a failing exit code."""
+    ran = [code for code in database.codes if code != NO_TESTS_COLLECTED]
+    if not ran:
+        return NO_TESTS_COLLECTED
+    return max(ran)
+
+
+def main(argv):
+    wanted, user_marks, paths, rest = split_arguments(argv)
+    var_dir = Path(os.environ.get("HAULAGE_VAR_DIR") or tempfile.mkdtemp(prefix="haulage-test-"))
+    var_dir.mkdir(parents=True, exist_ok=True)
+    workers = int(os.environ.get("TEST_WORKERS") or default_workers())
+    everything = databases(var_dir, paths)
+    if os.environ.get("REQUIRE_SERVICES") == "1" and everything[0].name != "postgres":
+        print("REQUIRE_SERVICES=1 but no PostgreSQL was started.", file=sys.stderr)
+        return 1
+    chosen = [d for d in everything if wanted in (None, d.name)]
+    if not chosen:
+        print(f"--db must name one of: {', '.join(d.name for d in everything)}.", file=sys.stderr)
+        return 2
+    began = time.monotonic()
+    parallel_phase(chosen, user_marks, rest, var_dir, workers)
+    serial_phase(chosen, user_marks, rest, var_dir)
+    print(f"=== {time.monotonic() - began:.0f} s in all; reports in {var_dir / 'reports'}")
+    status = 0
+    for database in chosen:
+        code = verdict(database)
+        if code == NO_TESTS_COLLECTED:
+            print(f"=== {database.name}: no test was collected: that is a failure here.")
+        elif code:
+            print(f"=== {database.name}: FAILED (exit codes {database.codes})")
+        status = max(status, code)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
