@@ -2,13 +2,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from tests.servers import database_url
+from tests.waiting import wait_for  # noqa: F401 - imported from here by the tests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,21 +45,15 @@ def spawn_worker(transactional_db, tmp_path):
         return proc
 
     yield spawn
-    for proc in procs:
+    for number, proc in enumerate(procs):
         if proc.poll() is None:
             proc.send_signal(signal.SIGCONT)
             proc.kill()
         proc.wait(10)
+        # Shown with a failing test's report: what each worker said.
+        print(f"--- runworker {number} (pid {proc.pid}) ---\n{proc.output()[-6000:]}")
 
 
-def wait_for(predicate, timeout=20, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 class Ledger:

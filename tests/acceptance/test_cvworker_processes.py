@@ -14,7 +14,8 @@ import pytest
 from jobs import redisconn
 from jobs.transport import CVConfig, Transport
 from tests.cv_handlers import WARMUP_MARKER_ENV, WARMUP_S_ENV
-from tests.integration.test_transport import RedisServer, ledger_lines, states, wait_for
+from tests.integration.test_transport import RedisServer, ledger_lines, states
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.dbless]
 
@@ -92,8 +93,8 @@ def heartbeat(channel, worker):
     return channel.client.get(channel.worker_key(worker.worker_id))
 
 
-def wait_ready(channel, worker, timeout_s=30):
-    wait_for(lambda: heartbeat(channel, worker) or worker.process.poll() is not None, timeout_s)
+def wait_ready(channel, worker, timeout=30):
+    wait_for(lambda: heartbeat(channel, worker) or worker.process.poll() is not None, timeout)
     assert worker.process.poll() is None, worker.log()
 
 
@@ -114,7 +115,7 @@ def test_a_worker_killed_mid_job_loses_nothing_and_the_result_is_written_once(
     assert channel.client.llen(channel.processing_key(taker.worker_id)) == 1
     assert channel.is_pending("k1", 1)
 
-    wait_for(lambda: states(channel, ["k1"])["k1"] == "done", timeout_s=30)
+    wait_for(lambda: states(channel, ["k1"])["k1"] == "done", timeout=30)
     starts = ledger_lines(ledger, "start")
     finishes = ledger_lines(ledger, "finish")
     assert [int(line[3]) for line in starts] == [taker.pid, other.pid]
@@ -133,7 +134,7 @@ def test_the_heartbeat_appears_only_after_warm_up_and_goes_on_sigterm(
         # A long TTL: the key must vanish on exit because it is deleted, not because it expired.
         env={WARMUP_S_ENV: "1", WARMUP_MARKER_ENV: str(marker), "CV_HEARTBEAT_TTL_S": "60"},
     )
-    wait_for(lambda: marker.exists(), timeout_s=30)
+    wait_for(lambda: marker.exists(), timeout=30)
     samples = []
     while "warmup-done" not in marker.read_text():
         samples.append(heartbeat(channel, worker))

@@ -1,7 +1,6 @@
 """The queue's control room in a real browser: reorder, bulk retry, read-only staff, outsiders."""
 
 import threading
-import time
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -10,6 +9,7 @@ from django.urls import reverse
 
 from jobs import admin_views, services
 from jobs.models import Job, JobEvent, JobStatus
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,13 +24,6 @@ def log_in(page, live_server, user):
                                "url": live_server.url}])
 
 
-def wait_for(predicate, timeout_s=15):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def status(job):
@@ -55,7 +48,7 @@ def test_staff_moves_a_job_to_the_front_and_the_running_worker_takes_it_next(
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        assert wait_for(lambda: status(slow) == JobStatus.RUNNING)
+        assert wait_until(lambda: status(slow) == JobStatus.RUNNING)
         waiting = [services.enqueue("tests.echo", {"i": i}) for i in range(4)]
         log_in(page, live_server, staff_user)
         page.goto(f"{live_server.url}{UP_NEXT}?queue=default")
@@ -68,7 +61,7 @@ def test_staff_moves_a_job_to_the_front_and_the_running_worker_takes_it_next(
         assert numbers[0] == ["1", str(waiting[3].pk)]
         # Free the worker's only slot: the slow job stops at its next check.
         page.click(f'#running tr[data-job="{slow.pk}"] button[data-action="cancel"]')
-        assert wait_for(lambda: all(status(j) == JobStatus.SUCCESSFUL for j in waiting))
+        assert wait_until(lambda: all(status(j) == JobStatus.SUCCESSFUL for j in waiting))
     finally:
         worker.request_stop()
         thread.join(15)

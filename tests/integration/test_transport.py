@@ -22,6 +22,7 @@ from jobs.transport import (
 )
 from tests import cv_handlers  # noqa: F401 - registers the test handlers
 from tests.servers import need
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.dbless]
 
@@ -109,14 +110,6 @@ def workers():
         assert worker.exited.wait(15), "a CV worker did not stop"
 
 
-def wait_for(predicate, timeout_s=10, interval_s=0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"not true within {timeout_s} s: {predicate}")
 
 
 def states(transport, job_ids):
@@ -151,7 +144,7 @@ def test_a_job_reports_progress_and_its_result_is_a_file(channel, workers, redis
         seen.add((status["state"], status["fraction"], status["phase"]))
         return status["state"] == "done"
 
-    wait_for(finished, interval_s=0.1)
+    wait_for(finished, interval=0.1)
     assert any(state == "running" and 0 < fraction < 1 and phase == "counting"
                for state, fraction, phase in seen), seen
     status = channel.status("p1")
@@ -391,7 +384,7 @@ def test_redis_restarted_empty_loses_published_jobs_and_republishing_completes_t
         for job_id in lost:
             channel.publish("noop", job_id, 1, {"echo": job_id})
         workers(types=["noop"], concurrency=4, url=private_redis.url, config=config)
-        wait_for(lambda: set(states(channel, job_ids).values()) == {"done"}, timeout_s=20)
+        wait_for(lambda: set(states(channel, job_ids).values()) == {"done"}, timeout=20)
     finally:
         client.close()
     assert all(json.loads((media / f"cv/{j}/1.json").read_text()) == {"echo": j} for j in job_ids)

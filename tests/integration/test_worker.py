@@ -8,6 +8,7 @@ import pytest
 from jobs import services
 from jobs.models import Job, JobStatus
 from jobs.models import Worker as WorkerRow
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,13 +86,6 @@ def start_background_worker(fast_engine, **options):
     return worker, thread
 
 
-def wait_for(predicate, timeout=10):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("action,final", [("cancel", JobStatus.CANCELLED), ("pause", JobStatus.PAUSED)])
@@ -99,9 +93,9 @@ def test_cancel_and_pause_reach_a_running_handler(fast_engine, action, final):
     job = services.enqueue("tests.sleep_for", {"seconds": 60})
     worker, thread = start_background_worker(fast_engine)
     try:
-        assert wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.RUNNING)
+        assert wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.RUNNING)
         getattr(services, action)(Job.objects.get(pk=job.pk), reason="test")
-        assert wait_for(lambda: Job.objects.get(pk=job.pk).status == final, timeout=5)
+        assert wait_until(lambda: Job.objects.get(pk=job.pk).status == final, timeout=5)
     finally:
         worker.request_stop()
         thread.join(10)
@@ -113,7 +107,7 @@ def test_cancel_and_pause_reach_a_running_handler(fast_engine, action, final):
 def test_graceful_stop_requeues_a_running_job_once(fast_engine):
     job = services.enqueue("tests.sleep_for", {"seconds": 60})
     worker, thread = start_background_worker(fast_engine)
-    assert wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.RUNNING)
+    assert wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.RUNNING)
     worker.request_stop()
     thread.join(15)
     assert not thread.is_alive()
@@ -127,14 +121,14 @@ def test_an_idle_worker_wakes_on_notify_not_at_the_next_poll(fast_engine):
     fast_engine.JOBS_POLL_SECONDS = 60  # a poll would take a minute; NOTIFY must not
     worker, thread = start_background_worker(fast_engine)
     try:
-        assert wait_for(lambda: WorkerRow.objects.filter(pk=getattr(worker.row, "pk", None)).exists())
+        assert wait_until(lambda: WorkerRow.objects.filter(pk=getattr(worker.row, "pk", None)).exists())
         time.sleep(1.5)  # idle now, waiting on its (long) poll
         from jobs import wakeup
 
         # Only PostgreSQL's NOTIFY may wake it, not this process's own event.
         wakeup.unsubscribe(jobs=worker.wake, stop=worker.stop_check)
         job = services.enqueue("tests.echo", {})
-        assert wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCESSFUL, timeout=10)
+        assert wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCESSFUL, timeout=10)
     finally:
         worker.request_stop()
         thread.join(15)
