@@ -19,7 +19,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
-def pg_server():
+def pg_server(request):
+    # Every parallel worker's test database lives on this one server.
+    assert request.node.get_closest_marker("serial"), \
+        "a test that stops PostgreSQL stops every other test's database: mark it serial"
     need("PostgreSQL", is_postgres() and "TEST_PG_DATA" in os.environ)
     server = PostgresServer()
     yield server
@@ -146,6 +149,16 @@ def media_root(tmp_path, settings):
     root.mkdir()
     settings.MEDIA_ROOT = root
     return root
+
+
+@pytest.fixture(autouse=True)
+def _language_of_settings():
+    """A request in another language activates it for the rest of the thread: undo that, so
+    no test reads the language an earlier one left behind."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -76,12 +76,18 @@ def unique(ctx, payload):
 
 @kind("tests.ledger", max_attempts=5)
 def ledger(ctx, payload):
-    """Append start and commit lines to a ledger file, for recovery tests across processes."""
+    """Append start and commit lines to a ledger file, for recovery tests across processes.
+
+    `seconds` is how long the attempt works; a list gives one per attempt (the
+    last repeats), so a test can keep a first attempt alive until it kills it."""
     path = payload["ledger"]
     line = f"{ctx.job.pk} {ctx.attempt} {ctx.job.lease_token} {os.getpid()}"
     with open(path, "a") as f:
         f.write(f"start {line}\n")
-    if ctx.wait(payload.get("seconds", 0)):
+    seconds = payload.get("seconds", 0)
+    if isinstance(seconds, list):
+        seconds = seconds[min(ctx.attempt, len(seconds)) - 1]
+    if ctx.wait(seconds):
         with open(path, "a") as f:
             f.write(f"stopped {line} {ctx.stop_reason}\n")
         return None

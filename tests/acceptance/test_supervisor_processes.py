@@ -19,7 +19,8 @@ from jobs.supervisor import Child, Limits, StopReason, WatchSettings, stop_all, 
 from tests.supervisor_children import ROOT, argv
 
 # Nothing here depends on the database: the SQLite pass skips it.
-pytestmark = pytest.mark.dbless
+# Reaction times of the watchdog, asserted to a fraction of a second.
+pytestmark = [pytest.mark.dbless, pytest.mark.serial]
 
 # Scheduling allowance on a loaded two-core machine; never a speed claim.
 SLACK_S = 1.0

@@ -16,7 +16,7 @@ from tests.chaos.harness import ROOT, Load, durable_commits, postgres_url
 from tests.chaos.proxy import Proxy
 from tests.servers import database_url
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.postgres]
 
 SMALL = {"workers": 3, "concurrency": 4, "duration_s": 8}
 

@@ -10,7 +10,7 @@ import pytest
 from tests.chaos import scenarios
 
 # Processes and files are the subject; `make chaos` runs these on SQLite too.
-pytestmark = [pytest.mark.slow, pytest.mark.once]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.once]
 
 SMALL = {"workers": 3, "concurrency": 4, "duration_s": 6}
 

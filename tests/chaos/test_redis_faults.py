@@ -11,7 +11,7 @@ from tests.chaos import scenarios
 from tests.chaos.harness import Load
 
 # The CV transport is the subject; `make chaos` runs these on SQLite too.
-pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.once]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.redis, pytest.mark.once]
 
 SMALL = {"workers": 3, "concurrency": 4, "duration_s": 6, "cv_workers": 2}
 

@@ -10,7 +10,7 @@ import pytest
 from tests.chaos import scenarios
 from tests.chaos.harness import Load
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SMALL = {"workers": 3, "concurrency": 4, "duration_s": 8}
 

@@ -64,6 +64,7 @@ def test_readyz_checks_a_live_redis(client, db, settings, redis_url):
     assert response.json()["checks"]["redis"] == "ok"
 
 
+@pytest.mark.serial
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_readyz_turns_503_when_the_database_stops_and_200_when_it_is_back(client, pg_server):
