@@ -582,6 +582,44 @@ def _check_limits(report, evidence, runs):
             over = running > limit
 
 
+def held_until_mono(ex):
+    """When an execution stopped holding its job's keys: its end line, else its lease's end."""
+    if ex.end is not None:
+        return ex.end.mono
+    if ex.lease_end_wall is not None:
+        return ex.start.mono + (ex.lease_end_wall - ex.start.wall)
+    return INF
+
+
+def key_holders(jobs, runs):
+    """{concurrency key: [(job, began mono, held until mono)]} from every execution."""
+    holders = defaultdict(list)
+    for job in jobs:
+        for ex in runs.get(job.id, []):
+            for key in job.keys:
+                holders[key].append((job.id, ex.began_mono, held_until_mono(ex)))
+    return holders
+
+
+def key_full_s(job, keys, limits, holders, start, end):
+    """Seconds of [start, end] during which one of `keys` had its limit of other jobs running.
+
+    The engine parks a job behind a full key until a holder ends: that wait
+    is queueing, which the recovery bound leaves out (docs/reliability.md).
+    """
+    spans = {key: [(max(a, start), min(b, end)) for other, a, b in holders.get(key, [])
+                   if other != job and a < end and b > start]
+             for key in keys if key in limits}
+    cuts = sorted({start, end, *(t for ranges in spans.values() for span in ranges for t in span)})
+    full = 0.0
+    for left, right in zip(cuts, cuts[1:], strict=False):
+        middle = (left + right) / 2
+        if any(sum(a <= middle < b for a, b in ranges) >= limits[key]
+               for key, ranges in spans.items()):
+            full += right - left
+    return full
+
+
 def _check_recovery(report, evidence, runs):
     """Per fault: how long until the last of the jobs it took down was claimed again.
 
@@ -600,6 +638,8 @@ def _check_recovery(report, evidence, runs):
     silent_successes = {job.id for job in evidence.jobs
                         if not job.writes_ledger and job.status == "SUCCESSFUL"}
     status_of = {job.id: job.status for job in evidence.jobs}
+    keys_of = {job.id: job.keys for job in evidence.jobs}
+    holders = key_holders(evidence.jobs, runs)
     ended_at = defaultdict(list)
     for event in evidence.events:
         if event.kind in LEASE_ENDING:
@@ -644,6 +684,10 @@ def _check_recovery(report, evidence, runs):
                 report.unrecovered.append((fault.kind, fault.target, job))
                 continue
             seconds = min(later) - fault.mono
+            if ended is not None:
+                # Time its key was full after the rescue is queueing, not recovery.
+                seconds -= key_full_s(job, keys_of.get(job, ()), evidence.limits, holders,
+                                      fault.mono + (ended - fault.wall), min(later))
             ended_s = None if ended is None else round(ended - fault.wall, 2)
             if job in downloads and fault.loses_worker and ended is not None:
                 if claimed is None or seconds > claimed[0]:

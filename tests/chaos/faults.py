@@ -64,7 +64,7 @@ def freeze_worker(run, seconds):
     worker = run.rng.choice(sorted(live, key=lambda w: w.slot))
     worker.frozen = True
     at = _now()
-    if not run.fleet.signal(worker, signal.SIGSTOP):
+    if not run.fleet.freeze(worker):
         worker.frozen = False
         return None
     try:

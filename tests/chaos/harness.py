@@ -41,6 +41,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 # Error, not DatabaseError: a closed connection raises InterfaceError, its sibling.
 from django.db import Error, close_old_connections, connection
 
+from tests import freezing
 from tests.chaos import checker, procs
 from tests.chaos.proxy import Proxy
 
@@ -60,6 +61,9 @@ class Timings:
     rescue_s: float = 1
     poll_s: float = 0.5
     shutdown_grace_s: float = 2
+    # A failed attempt's retry comes sooner than the 5 s default, so a run
+    # drains in seconds; the backoff is not what these scenarios test.
+    backoff_base_s: float = 0.5
 
     @property
     def recovery_bound_s(self):
@@ -81,6 +85,7 @@ class Timings:
             "JOBS_POLL_SECONDS": str(self.poll_s),
             "JOBS_SHUTDOWN_GRACE_SECONDS": str(self.shutdown_grace_s),
             "JOBS_PROGRESS_INTERVAL_SECONDS": "0",
+            "JOBS_BACKOFF_BASE_SECONDS": str(self.backoff_base_s),
         }
 
 
@@ -327,6 +332,16 @@ class Fleet:
         worker.proc.send_signal(signum)
         if signum == signal.SIGKILL:
             worker.killed = True
+        return True
+
+    def freeze(self, worker):
+        """SIGSTOP `worker` between SQLite write transactions (tests/freezing.py)."""
+        if not worker.alive():
+            return False
+        try:
+            freezing.freeze(worker.proc.pid)
+        except (AssertionError, ProcessLookupError, FileNotFoundError):
+            return False
         return True
 
     def stop(self):

@@ -144,6 +144,25 @@ def test_recovery_is_timed_from_the_fault_to_the_next_claim_and_judged_against_t
     assert report.violations() == {"late recoveries": 1}
 
 
+def test_time_a_rescued_job_waits_behind_its_full_key_is_queueing_not_recovery():
+    # Job 1 (key user:0, limit 1) was lost with its worker at +1 and rescued
+    # at +4; job 2 of the same key ran from +3 to +9, and job 1 ran again at
+    # +9.5: 8.5 s after the fault, of which 5 s its key was full.
+    lines = ledger((1, 1, A, T0, None, None), (1, 2, B, T0 + 9.5, T0 + 10, "commit"),
+                   (2, 1, C, T0 + 3, T0 + 9, "commit"))
+    fault = Fault("worker_kill", "w", mono=T0 + 1 - MONO, wall=T0 + 1, pid=10,
+                  loses_worker=True, held=[(1, A)])
+    events = [Event(1, "rescued", 1, T0 + 4)]
+    jobs = [done(1, B, 2, keys=["user:0"]), done(2, C, 1, keys=["user:0"])]
+    report = verdict(lines, jobs, events, [fault], limits={"user:0": 1})
+    assert [round(r[2], 2) for r in report.recoveries] == [3.5]
+    assert report.ok(), report.describe()
+    # With room for two, the key was never full: all 8.5 s count, and are late.
+    report = verdict(lines, jobs, events, [fault], limits={"user:0": 2})
+    assert [round(r[2], 2) for r in report.recoveries] == [8.5]
+    assert report.violations() == {"late recoveries": 1}
+
+
 def test_an_enqueue_that_takes_too_long_to_answer_is_a_hang():
     lines = ledger((1, 1, A, T0, T0 + 1, "commit"))
     report = verdict(lines, [done(1, A, 1)], calls=[(0.01, ""), (0.2, "OperationalError: down"),
