@@ -5,7 +5,6 @@ import shutil
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import connection
 
 from downloads import edits, ffmpeg, services, storage
 from downloads.edits import Edit
@@ -34,7 +33,6 @@ def holder(name, url):
 
 
 def finished(downloads):
-    connection.close()
     return all(not d.is_live for d in Download.objects.filter(
         pk__in=[d.pk for d in downloads]).select_related("job"))
 

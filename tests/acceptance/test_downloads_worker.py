@@ -34,7 +34,7 @@ def worker(spawn_worker, media_root, origin, settings):
 
 
 def fresh(download):
-    connection.close()  # a new snapshot: the worker's commits are visible
+    # Outside a transaction every query sees the workers' latest commits.
     return Download.objects.select_related("job", "asset").get(pk=download.pk)
 
 
@@ -49,7 +49,6 @@ def wait_status(download, *statuses, timeout=60):
 
 def finished(downloads):
     """Whether every one of `downloads` has finished (one query, not one per download)."""
-    connection.close()
     rows = Download.objects.filter(pk__in=[d.pk for d in downloads]).select_related("job")
     return all(not row.is_live for row in rows)
 

@@ -2,7 +2,6 @@
 supervised children, against a real feed on a loopback origin."""
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from downloads.models import Download
@@ -30,7 +29,6 @@ def worker(spawn_worker, media_root, origin, settings):
 
 def settled(owner, count):
     """The owner's downloads once `count` exist and none is live, else None."""
-    connection.close()  # a new snapshot: the worker's commits are visible
     rows = list(Download.objects.filter(owner=owner).select_related("job", "asset"))
     if len(rows) == count and not any(row.is_live for row in rows):
         return rows
@@ -38,7 +36,6 @@ def settled(owner, count):
 
 
 def check_finished(sub):
-    connection.close()
     job = Subscription.objects.select_related("check_job").get(pk=sub.pk).check_job
     return job is not None and job.is_finished
 

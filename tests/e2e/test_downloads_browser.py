@@ -25,7 +25,8 @@ def test_submit_a_url_and_watch_the_bar_reach_100(live_server, page, django_user
     settings.MEDIA_ROOT = tmp_path / "media"
     settings.DOWNLOADS_EGRESS_ALLOW = f"127.0.0.1:{origin.port}"
     source = media.padded_mp4(3 * MB, seed=30)
-    url = origin.add_file("/films/holiday.mp4", source, throttle_bytes_s=1 * MB)
+    # Six seconds of transfer: long enough for the page to show it part-way on a busy machine.
+    url = origin.add_file("/films/holiday.mp4", source, throttle_bytes_s=MB // 2)
     spawn_worker("--queues", "downloads", env={
         "MEDIA_ROOT": str(settings.MEDIA_ROOT), "DOWNLOADS_EGRESS_ALLOW": f"127.0.0.1:{origin.port}"})
     django_user_model.objects.create_user("dora", password="explorer-pass-1")
