@@ -28,7 +28,7 @@ SERVING_FOR_S = 3.0
 
 def kill_worker(run):
     """SIGKILL one running worker, chosen at random: no shutdown, no requeue, nothing written."""
-    live = run.fleet.live(SERVING_FOR_S)
+    live = run.fleet.targets(SERVING_FOR_S)
     if not live:
         return None
     worker = run.rng.choice(sorted(live, key=lambda w: w.slot))
@@ -58,7 +58,7 @@ def kill_child(run):
 
 def freeze_worker(run, seconds):
     """SIGSTOP one worker for `seconds` (past its lease), then SIGCONT: it must write nothing stale."""
-    live = run.fleet.live(SERVING_FOR_S)
+    live = run.fleet.targets(SERVING_FOR_S)
     if not live:
         return None
     worker = run.rng.choice(sorted(live, key=lambda w: w.slot))
@@ -96,7 +96,7 @@ def freeze_worker_in_transaction(run, seconds, *, after=AFTER_LIMIT_LOCKS, searc
     """
     deadline = time.monotonic() + search_s
     while time.monotonic() < deadline:
-        workers = {w.slot: w for w in run.fleet.live(SERVING_FOR_S)}
+        workers = {w.slot: w for w in run.fleet.targets(SERVING_FOR_S)}
         caught = [workers[slot] for slot in _sessions_in_transaction(after) if slot in workers]
         if not caught:
             time.sleep(0.005)
@@ -174,7 +174,7 @@ def terminate_sessions(run):
 
 def proxy_fault(run, mode, seconds, *, reset):
     """Cut one worker off through its proxy (`drop_replies` or `partition`) for `seconds`, then heal."""
-    live = [w for w in run.fleet.live(SERVING_FOR_S) if w.slot in run.fleet.proxies]
+    live = [w for w in run.fleet.targets(SERVING_FOR_S) if w.slot in run.fleet.proxies]
     if not live:
         return None
     worker = run.rng.choice(sorted(live, key=lambda w: w.slot))

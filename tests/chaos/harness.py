@@ -215,9 +215,19 @@ class WorkerProcess:
         self.frozen = False  # SIGSTOPped by a fault
         self.killed = False  # SIGKILLed by a fault (it may take a moment to be gone)
         self.started_mono = time.monotonic()
+        self._serving = False
 
     def alive(self):
         return self.proc.poll() is None
+
+    def serving(self):
+        """Whether it has said it serves its queues: registered, its reaper running."""
+        if not self._serving:
+            try:
+                self._serving = "serving queues" in self.log_path.read_text()
+            except OSError:
+                pass
+        return self._serving
 
 
 class Fleet:
@@ -324,6 +334,13 @@ class Fleet:
             return [w for w in self.workers.values()
                     if w.alive() and not w.frozen and not w.killed
                     and w.started_mono <= started_before]
+
+    def targets(self, serving_for_s):
+        """Workers a fault may take out of service: serving ones, while another serving one
+        would be left. The bound promises recovery by a survivor; with none left, a job
+        would wait for a restarted worker to import Django, which is no recovery."""
+        serving = [w for w in self.live(serving_for_s) if w.serving()]
+        return serving if len(serving) >= 2 else []
 
     def signal(self, worker, signum):
         # Our own unreaped child: its pid cannot have been reused.
