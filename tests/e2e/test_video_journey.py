@@ -98,6 +98,7 @@ def test_the_sample_from_its_address_to_its_summary_and_a_shots_notes(
     notes = page.locator('#shot-notes .insight[data-status="successful"]')
     notes.wait_for(timeout=30_000)
     assert f"Shot 3 of “{title}”" in notes.inner_text()
+    assert page.locator(".shot.selected").get_attribute("data-index") == "2"
     assert Job.objects.get(kind="insights.shot_notes").priority == conf.INTERACTIVE
     assert page.evaluate("window.stillTheSamePage") is True
     screenshot(page, "video-page-with-summary-and-notes")
