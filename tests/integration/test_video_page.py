@@ -92,8 +92,8 @@ def test_insight_rows_link_to_their_video_and_shot(alice_client, user, ready):  
     insights.insight_request(owner=user, kind=InsightKind.SHOT_NOTES, subject=shot.pk)
     page = alice_client.get("/insights/").content.decode()
     video = reverse("downloads:detail", args=[ready.pk])
-    assert f'<a href="{video}">Clip</a>' in page
-    assert f'<a href="{video}?shot=1#shot-notes">Shot 2 of Clip</a>' in page
+    assert f'<a class="subject" href="{video}">Clip</a>' in page
+    assert f'<a class="subject" href="{video}?shot=1#shot-notes">Shot 2 of Clip</a>' in page
 
 
 def test_the_queue_names_kinds_subjects_and_tiers_in_words(alice_client, user, ready):  # noqa: F811
