@@ -63,11 +63,16 @@ def normalise_url(url):
     """The form two submissions of the same address share (for de-duplication).
 
     Lower-case scheme and host, no default port, no fragment, "/" for an empty
-    path; the path and the query (order included) are kept as they are.
+    path; the path and the query (order included) are kept as they are. A host
+    written as an IP literal is written the one way (127.1, 0177.0.0.1, 0x7f.1
+    and [::ffff:127.0.0.1] are all 127.0.0.1), as the connection will see it.
     """
     parts = _split(url.strip())
     scheme = parts.scheme.lower()
     host, port = _host_and_port(parts)
+    ip = _literal_ip(host)
+    if ip is not None:
+        host = str(ip.ipv4_mapped or ip) if ip.version == 6 else str(ip)
     netloc = f"[{host}]" if ":" in host else host
     if port is not None and port != SCHEMES.get(scheme):
         netloc = f"{netloc}:{port}"

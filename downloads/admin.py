@@ -2,9 +2,15 @@ from django.contrib import admin, messages
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from downloads import services
+from downloads import progress, services
 from downloads.models import Download, DownloadQuota, MediaAsset
+from jobs.admin import register_job_link, register_progress_words
 from jobs.exceptions import IllegalTransition
+
+# A download's progress message carries its figures as JSON (downloads/progress.py).
+register_progress_words("downloads.", progress.describe)
+register_job_link("downloads.fetch", lambda job: Download.objects.filter(job=job).first())
+register_job_link("downloads.edit", lambda job: Download.objects.filter(job=job).first())
 
 
 @admin.register(MediaAsset)

@@ -2,7 +2,8 @@
 
     GET    /api/downloads/                      yours, newest first
     POST   /api/downloads/                      {"url": ..., "format": "best"|"audio"|"720p", "name"?}
-    GET    /api/downloads/<id>/                 one, with progress and where it stands
+    GET    /api/downloads/<id>/                 one, with progress, where it stands, its asset's
+                                                id, and where its shots and summary are
     DELETE /api/downloads/<id>/
     POST   /api/downloads/<id>/{pause,resume,cancel,retry}   (retry on an evicted one: download again)
     POST   /api/downloads/<id>/segment/         (re-)split the video into shots → 202
@@ -10,7 +11,10 @@
     POST   /api/shots/<id>/analyze/             measure one shot → 202
 
 A download's "status" is the engine's state in lower case, or "evicted": it
-had finished, and storage housekeeping deleted the file to make room.
+had finished, and storage housekeeping deleted the file to make room. A
+document links what belongs to it (the asset's shots, the video summary and
+how to ask for it, each shot's notes) by absolute URL, so a script needs no
+internal numbers of its own. docs/api.md describes every field.
 
 Errors are JSON {"error": sentence, "error_code": code}: 400 bad input, 401
 anonymous (the login middleware), 404 not yours or no such id, 405, 409 an
@@ -28,6 +32,8 @@ from django.utils.translation import gettext as _
 
 from downloads import selectors, services, shots
 from downloads.forms import DownloadForm
+from insights import selectors as insight_selectors
+from insights.models import InsightKind
 from jobs.exceptions import IllegalTransition
 
 LIST_LIMIT = 200
@@ -41,8 +47,37 @@ def _iso(value):
     return value.isoformat() if value else None
 
 
-def download_json(state, request):
+def insight_link(request, kind, subject, insight):
+    """Where the user's insight of `kind` about `subject` is read (null until it was asked for),
+    and the request that asks for it (idempotent: asking again returns the same insight)."""
+    return {
+        "kind": kind,
+        "subject": str(subject),
+        "url": request.build_absolute_uri(reverse("insights:api_insight", args=[insight.pk]))
+        if insight is not None else None,
+        "status": insight.current_status if insight is not None else None,
+        "request": {
+            "method": "POST",
+            "url": request.build_absolute_uri(reverse("insights:api_list")),
+            "body": {"kind": kind, "subject": str(subject), "priority": "interactive"},
+        },
+    }
+
+
+def summaries_of(user, downloads):
+    """{asset id: the user's summary insight of it} for a list of downloads, in one query."""
+    found = insight_selectors.insights_by_subject(user, InsightKind.VIDEO_SUMMARY,
+                                                  {d.asset_id for d in downloads})
+    return {int(subject): insight for subject, insight in found.items()}
+
+
+def download_json(state, request, summaries=None):
     download, asset = state.download, state.download.asset
+    if summaries is None:
+        summaries = summaries_of(request.user, [download])
+    shots_url = None
+    if state.status == "successful" and asset.is_video:
+        shots_url = request.build_absolute_uri(reverse("downloads:api_shots", args=[download.pk]))
     return {
         "id": str(download.pk),
         "name": download.name or asset.title,
@@ -64,12 +99,17 @@ def download_json(state, request):
         "actions": list(state.actions),
         "created_at": _iso(download.created_at),
         "finished_at": _iso(download.finished_at) if not state.is_live else None,
+        "page_url": request.build_absolute_uri(reverse("downloads:detail", args=[download.pk])),
         "asset": {
+            "id": asset.pk,
             "title": asset.title,
             "duration_s": asset.duration_s,
             "size_bytes": asset.size_bytes,
             "file_url": request.build_absolute_uri(state.file_url) if state.file_url else None,
+            "shots_url": shots_url,
         },
+        "summary": insight_link(request, InsightKind.VIDEO_SUMMARY, asset.pk,
+                                summaries.get(asset.pk)),
     }
 
 
@@ -96,9 +136,11 @@ def not_found():
 def downloads(request):
     if request.method == "GET":
         served = selectors.served_kinds()
-        rows = selectors.downloads_of(request.user)[:LIST_LIMIT]
+        rows = list(selectors.downloads_of(request.user)[:LIST_LIMIT])
+        summaries = summaries_of(request.user, rows)
         return JsonResponse({"downloads": [
-            download_json(selectors.download_state(d, served_kinds=served), request) for d in rows]})
+            download_json(selectors.download_state(d, served_kinds=served), request, summaries)
+            for d in rows]})
     if request.method != "POST":
         return error(405, "method_not_allowed", _("Use GET or POST."))
     data = _body(request)
@@ -190,6 +232,11 @@ def shots_list(request, download_id):
     if request.method != "GET":
         return error(405, "method_not_allowed", _("Use GET."))
     state = shots.shots_state(found)
+    notes = insight_selectors.insights_by_subject(request.user, InsightKind.SHOT_NOTES,
+                                                  [shot["id"] for shot in state["shots"]])
+    for shot in state["shots"]:
+        shot["notes"] = insight_link(request, InsightKind.SHOT_NOTES, shot["id"],
+                                     notes.get(str(shot["id"])))
     return JsonResponse({"segment": state["segment"], "shots": state["shots"]})
 
 

@@ -99,3 +99,12 @@ class Cancelled(DownloadFailed):
 
     code = "cancelled"
     message = _("The download was stopped.")
+
+
+# Causes that are the address itself: another attempt would meet the same refusal.
+FINAL_CODES = frozenset({UnsupportedURL.code, BlockedDestination.code})
+
+
+def retry_helps(code):
+    """Whether trying a download that ended with `code` again could end otherwise."""
+    return code not in FINAL_CODES

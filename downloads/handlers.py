@@ -13,6 +13,8 @@ spinning). Stall timeouts and the rest are read from settings when this
 module is imported, i.e. when a worker starts.
 """
 
+from django.utils.translation import gettext_lazy as _
+
 from downloads import conf, edits, fetch, housekeeping, shots
 from jobs.registry import kind
 
@@ -44,12 +46,12 @@ POLICY = {
 }
 
 
-@kind("downloads.fetch", cleanup=fetch.cleanup, **POLICY)
+@kind("downloads.fetch", label=_("Download"), cleanup=fetch.cleanup, **POLICY)
 def fetch_media(ctx, payload):
     return fetch.run(ctx, payload)
 
 
-@kind("downloads.edit", cleanup=edits.cleanup, **POLICY)
+@kind("downloads.edit", label=_("Edit"), cleanup=edits.cleanup, **POLICY)
 def edit_media(ctx, payload):
     return edits.run(ctx, payload)
 
@@ -60,9 +62,9 @@ def _not_here(ctx, payload):
 
 CV_POLICY = {"mode": "redis", "queue": "cv", "max_attempts": 3}
 
-kind("downloads.segment", unique_key=lambda payload, owner: f"segment:{payload['asset']}",
+kind("downloads.segment", label=_("Shot detection"), unique_key=lambda payload, owner: f"segment:{payload['asset']}",
      options={"cv_type": "segment"}, ingest=shots.segment_ingest, **CV_POLICY)(_not_here)
-kind("downloads.analyze", unique_key=lambda payload, owner: f"analyze:{payload['shot']}",
+kind("downloads.analyze", label=_("Shot analysis"), unique_key=lambda payload, owner: f"analyze:{payload['shot']}",
      options={"cv_type": "analyze"}, ingest=shots.analyze_ingest, **CV_POLICY)(_not_here)
 
 
@@ -75,7 +77,7 @@ conf.media_max_bytes()
 
 # Inline: it is database work and unlinks, short per asset. The unique key
 # keeps at most one live run, however many machines' schedules fire it.
-@kind(HOUSEKEEP_KIND, mode="inline", queue="default", max_attempts=2,
+@kind(HOUSEKEEP_KIND, label=_("Storage housekeeping"), mode="inline", queue="default", max_attempts=2,
       unique_key=lambda payload, owner: HOUSEKEEP_KIND, timeout_s=conf.housekeeping_timeout_s())
 def housekeep(ctx, payload):
     def phase(name):

@@ -8,6 +8,8 @@ from django.utils.translation import gettext_lazy as _
 
 from downloads import errors
 
+STAFF_CANCEL = "cancelled_by_staff"  # not an engine code: a cancel by someone not the owner
+
 ERROR_MESSAGES = {
     # The download itself (downloads.errors).
     errors.NetworkFailed.code: errors.NetworkFailed.message,
@@ -20,6 +22,7 @@ ERROR_MESSAGES = {
     errors.StorageFull.code: errors.StorageFull.message,
     # The engine and its supervisor.
     "cancelled": _("This download was cancelled."),
+    STAFF_CANCEL: _("Cancelled by staff."),
     "superseded": _("This download was replaced by a newer request."),
     "stalled": _("The download stopped receiving data and was stopped. Try again later."),
     "timeout": _("The download took longer than it is allowed to and was stopped."),
@@ -34,6 +37,8 @@ ERROR_MESSAGES = {
 
 def error_message(code, detail=""):
     """The sentence for `code`; the stored detail (or a generic sentence) for unknown codes."""
+    if code == STAFF_CANCEL and detail:
+        return _("Cancelled by staff: %(reason)s") % {"reason": detail}
     if code in ERROR_MESSAGES:
         return ERROR_MESSAGES[code]
     return detail or _("The download failed.")

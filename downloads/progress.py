@@ -49,3 +49,26 @@ def decode(message):
     if not isinstance(data, dict):
         return Figures()
     return Figures(**{name: _number(data.get(key)) for key, name in KEYS.items()})
+
+
+def describe(message):
+    """The figures in words ("3.2 MB of 10.0 MB · 1.0 MB/s · 8 s left"), for staff's pages; a
+    message that carries no figures as it is."""
+    from django.template.defaultfilters import filesizeformat
+    from django.utils.translation import gettext as _
+
+    from downloads.templatetags.downloads_tags import seconds
+
+    figures = decode(message)
+    if figures == Figures():
+        return message
+    parts = []
+    if figures.bytes_done is not None:
+        done = filesizeformat(figures.bytes_done)
+        parts.append(_("%(done)s of %(total)s") % {"done": done, "total": filesizeformat(
+            figures.bytes_total)} if figures.bytes_total else done)
+    if figures.speed_bytes_s:
+        parts.append(_("%(speed)s/s") % {"speed": filesizeformat(figures.speed_bytes_s)})
+    if figures.eta_s is not None:
+        parts.append(_("%(eta)s left") % {"eta": seconds(figures.eta_s)})
+    return " · ".join(parts)

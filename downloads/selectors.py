@@ -12,8 +12,8 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from downloads import progress, storage
-from downloads.messages import error_message
+from downloads import errors, progress, storage
+from downloads.messages import STAFF_CANCEL, error_message
 from downloads.models import Download, DownloadQuota, DownloadStatus, MediaAsset
 from jobs import selectors as job_selectors
 from jobs.models import LIVE_STATUSES, Job
@@ -146,12 +146,25 @@ def download_state(download, *, served_kinds=None):
         state.waiting_reason = standing.message
     if status in (S.FAILED, S.CANCELLED) or (status == S.READY and job and job.error_code):
         # A queued job with an error is waiting to retry after it.
-        state.error_code = (job.error_code if job is not None else download.error_code) or ""
-        detail = job.error if job is not None else download.error
+        if job is not None:
+            state.error_code, detail = job_outcome(job)
+        else:
+            state.error_code, detail = download.error_code, download.error
         state.error = str(error_message(state.error_code, detail))
+    if status == S.FAILED and not errors.retry_helps(state.error_code):
+        state.actions = tuple(a for a in state.actions if a != "retry")
     if status == S.SUCCESSFUL and storage.exists(download.asset.file):
         state.file_url = reverse("downloads:file", args=[download.pk])
     return state
+
+
+def job_outcome(job):
+    """(error code, detail) of a download's job as its owner reads them: a cancel by staff is
+    told apart from the owner's own, with the reason staff gave."""
+    reason = job_selectors.cancelled_by_other(job)
+    if reason is not None:
+        return STAFF_CANCEL, reason
+    return job.error_code or "", job.error or ""
 
 
 def served_kinds():

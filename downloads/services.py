@@ -25,6 +25,7 @@ from downloads.errors import (
     QuotaExceeded,
     StorageFull,
     TooLarge,
+    retry_helps,
 )
 from downloads.models import (
     UNLIMITED,
@@ -214,6 +215,10 @@ def download_retry(download, *, actor=None):
     if status not in (S.FAILED, S.CANCELLED, S.EVICTED):
         raise IllegalTransition(
             _("Only a failed, cancelled or evicted download can be tried again."))
+    code = (download.job.error_code if download.job_id else download.error_code) or ""
+    if status == S.FAILED and not retry_helps(code):
+        raise IllegalTransition(_("Trying again would fail the same way: this address cannot "
+                                  "be downloaded."))
     with transaction.atomic():
         lock_owner(download.owner)
         _check_queue(download.owner)
@@ -244,8 +249,9 @@ def download_delete(download, *, actor=None):
 
 def download_record_outcome(job):
     """Copy a finished job's final state onto its download (pruning the job later loses nothing)."""
+    code, detail = selectors.job_outcome(job)
     Download.objects.filter(job_id=job.pk).update(
-        status=job.status.lower(), error_code=job.error_code or "", error=job.error or "",
+        status=job.status.lower(), error_code=code, error=detail,
         finished_at=job.finished_at or timezone.now())
 
 

@@ -203,9 +203,15 @@ def shots_state(download):
             "live": live}
 
 
-def page_context(download):
-    """What the player page adds for a video: its shots, polled while CV jobs run."""
+def page_context(download, *, selected_index=None):
+    """What the player page adds for a video: its shots, polled while CV jobs run, and the shot
+    whose notes are open (`selected_index`, from the page's address)."""
     if download.current_status != DownloadStatus.SUCCESSFUL or not download.asset.is_video:
         return {}
-    return {"shots_template": "downloads/_shots.html", "shots": shots_state(download)}
+    selected = None
+    if selected_index and selected_index.isascii() and selected_index.isdigit() \
+            and len(selected_index) < 10:  # an int4 column
+        selected = download.asset.shots.filter(index=int(selected_index)).first()
+    return {"shots_template": "downloads/_shots.html", "shots": shots_state(download),
+            "selected_shot": selected}
 

@@ -10,6 +10,7 @@ ACTIONS = "pause|resume|cancel|retry"
 
 urlpatterns = [
     path("downloads/", views.download_list, name="list"),
+    path("downloads/storage/", views.download_storage, name="storage"),
     path("downloads/<uuid:download_id>/", views.download_detail, name="detail"),
     path("downloads/<uuid:download_id>/row/", views.download_row, name="row"),
     path("downloads/<uuid:download_id>/file/", views.download_file, name="file"),

@@ -3,8 +3,9 @@ the player page and the file itself.
 
 A row polls its own partial (`row`) every second while the download is live;
 the partial for a finished download comes back without the polling trigger,
-so htmx stops asking. Every view looks downloads up through the owner, so
-another user's id is a 404.
+so htmx stops asking, and with a "storage-changed" event that makes the
+storage line ask for its own partial again. Every view looks downloads up
+through the owner, so another user's id is a 404.
 """
 
 import uuid
@@ -57,17 +58,34 @@ def download_list(request):
     served = selectors.served_kinds()
     states = [selectors.download_state(d, served_kinds=served)
               for d in selectors.downloads_of(request.user)[:LIST_LIMIT]]
-    quota = selectors.quota_for(request.user)
     return render(request, "downloads/list.html", {
-        "form": form, "states": states, "quota": quota,
-        "used_bytes": selectors.storage_used_bytes(request.user),
+        "form": form, "states": states, **_storage_context(request),
     }, status=status)
+
+
+def _storage_context(request):
+    return {"quota": selectors.quota_for(request.user),
+            "used_bytes": selectors.storage_used_bytes(request.user)}
+
+
+@require_GET
+def download_storage(request):
+    return render(request, "downloads/_storage.html", _storage_context(request))
+
+
+STORAGE_CHANGED = "storage-changed"  # the event the storage line listens for
+
+
+def _row(request, state, notice=""):
+    response = render(request, "downloads/_row.html", {"state": state, "notice": notice})
+    if not state.is_live:
+        response.headers["HX-Trigger"] = STORAGE_CHANGED  # it may hold a file now, or none
+    return response
 
 
 @require_GET
 def download_row(request, download_id):
-    state = selectors.download_state(_mine(request, download_id))
-    return render(request, "downloads/_row.html", {"state": state})
+    return _row(request, selectors.download_state(_mine(request, download_id)))
 
 
 ACTIONS = {
@@ -92,15 +110,15 @@ def download_action(request, download_id, name):
         if notice:
             messages.error(request, notice)
         return redirect("downloads:list")
-    state = selectors.download_state(_mine(request, download_id))
-    return render(request, "downloads/_row.html", {"state": state, "notice": notice})
+    return _row(request, selectors.download_state(_mine(request, download_id)), notice)
 
 
 @require_POST
 def download_delete(request, download_id):
     services.download_delete(_mine(request, download_id), actor=request.user)
     if request.htmx:
-        return HttpResponse("")  # the row swaps itself out
+        # The row swaps itself out, and the storage line asks again.
+        return HttpResponse("", headers={"HX-Trigger": STORAGE_CHANGED})
     messages.success(request, _("The download was deleted."))
     return redirect("downloads:list")
 
@@ -111,12 +129,9 @@ def download_detail(request, download_id):
     state = selectors.download_state(download)
     return render(request, "downloads/detail.html", {
         "state": state, "download": download, "asset": download.asset,
-        "edit_form": EditForm(), **_shots_context(download),
+        "edit_form": EditForm(),
+        **shots.page_context(download, selected_index=request.GET.get("shot")),
     })
-
-
-def _shots_context(download):
-    return shots.page_context(download)
 
 
 @require_POST

@@ -121,13 +121,21 @@ def retry_failed(request):
     return JsonResponse({"retried": retried, "skipped": skipped})
 
 
-def entry_json(entry):
+def _ref_json(subject, request):
+    if subject is None or subject.ref is None:
+        return None
+    return {**subject.ref, "url": request.build_absolute_uri(subject.ref["url"])}
+
+
+def entry_json(entry, request):
     job = entry.job
     return {
         "id": str(job.public_id),
         "kind": job.kind,
         "label": entry.label,
-        "subject": entry.subject or None,
+        "subject": entry.subject.words if entry.subject else None,
+        # What the job stands for, so a client can tie it to its own objects.
+        "for": _ref_json(entry.subject, request),
         "queue": job.queue,
         "status": entry.status,
         "status_label": entry.status_label,
@@ -162,5 +170,5 @@ def queue(request):
         return error(405, "method_not_allowed", _("Use GET."))
     entries = selectors.queue_of(request.user)
     settings = selectors.queue_settings(selectors.queue_names_of(entries))
-    return JsonResponse({"jobs": [entry_json(e) for e in entries],
+    return JsonResponse({"jobs": [entry_json(e, request) for e in entries],
                          "queues": [settings_json(s) for s in settings]})

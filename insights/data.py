@@ -50,7 +50,7 @@ def _seconds(value):
 
 def _number_subject(subject):
     text = str(subject).strip()
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:  # "²" is a digit to str
         raise SubjectInvalid(_("The subject must be a number."))
     return str(int(text))
 

@@ -12,6 +12,8 @@ set per job at enqueue (INSIGHTS_MAX_ATTEMPTS); the cool-down after which a
 given-up insight is tried again is read here, when a process starts.
 """
 
+from django.utils.translation import gettext_lazy as _
+
 from insights import backfill, conf, services
 from insights.models import InsightKind
 from jobs.registry import kind
@@ -41,10 +43,10 @@ def generate(ctx, payload):
 
 
 for _kind in InsightKind:
-    kind(services.job_kind(_kind), **POLICY)(generate)
+    kind(services.job_kind(_kind), label=_kind.label, **POLICY)(generate)
 
 
 # Not on the insights queue: it only asks for overviews, the generations queue there.
-@kind("insights.backfill", unique_key=lambda payload, owner: "insights.backfill", max_attempts=3)
+@kind("insights.backfill", label=_("Insight backfill"), unique_key=lambda payload, owner: "insights.backfill", max_attempts=3)
 def backfill_overviews(ctx, payload):
     return backfill.run(ctx)

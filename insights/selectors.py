@@ -9,6 +9,7 @@ every kind in the order workers will take them.
 import uuid
 from dataclasses import dataclass
 
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from insights import conf
@@ -29,7 +30,11 @@ def served_kinds():
 
 
 def tier_of(priority):
-    return "interactive" if priority >= conf.INTERACTIVE else "prefetch"
+    """A priority in the user's words: what an open page asked for, what waits its turn, and
+    what is prepared in the background (insights are asked for at one of the outer two)."""
+    if priority >= conf.INTERACTIVE:
+        return "interactive"
+    return "normal" if priority >= 0 else "prefetch"
 
 
 # --- Insights ----------------------------------------------------------------------
@@ -50,6 +55,12 @@ def insight_of(user, insight_id):
 
 def insight_for(user, kind, subject):
     return insights_of(user).filter(kind=kind, subject=str(subject)).first()
+
+
+def insights_by_subject(user, kind, subjects):
+    """{subject: the user's insight of `kind` about it}, for a whole list in one query."""
+    rows = insights_of(user).filter(kind=kind, subject__in=[str(s) for s in subjects])
+    return {insight.subject: insight for insight in rows}
 
 
 @dataclass
@@ -104,20 +115,132 @@ def insight_state(insight, *, served_kinds=None):
     return state
 
 
+# --- What a job or an insight is about ---------------------------------------------
+
+
+@dataclass
+class Subject:
+    """What an insight or a job stands for, as a person and a script find it."""
+
+    words: str  # "Holiday clip", "Shot 3 of Holiday clip", "your library"
+    page_url: str = ""  # where a person reads it (the video page, a shot on it)
+    ref: dict | None = None  # {"type": "download"|"insight", "id", "url"} for the API
+
+
+def _downloads_of_assets(user, asset_ids):
+    """{asset id: the user's most recent download of it}, in one query."""
+    from downloads.models import Download
+
+    found = {}
+    for download in (Download.objects.filter(owner=user, asset_id__in=set(asset_ids))
+                     .select_related("asset").order_by("-created_at")):
+        found.setdefault(download.asset_id, download)
+    return found
+
+
+def _video_page(download, shot_index=None):
+    if download is None:
+        return ""
+    url = reverse("downloads:detail", args=[download.pk])
+    return url if shot_index is None else f"{url}?shot={shot_index}#shot-notes"
+
+
+def _title(download):
+    return download.name or download.asset.title or download.asset.url
+
+
+def describe_subjects(user, insights):
+    """{insight id: Subject} (video titles and pages instead of asset and shot numbers),
+    in a few queries for the whole list."""
+    from downloads.models import MediaAsset, Shot
+
+    def numbers(kind):  # subjects are stored in their canonical spelling (insights.data)
+        return [int(i.subject) for i in insights if i.kind == kind and i.subject.isdigit()]
+
+    shots = {s.pk: s for s in Shot.objects.filter(pk__in=numbers(InsightKind.SHOT_NOTES))}
+    asset_ids = numbers(InsightKind.VIDEO_SUMMARY) + [s.asset_id for s in shots.values()]
+    downloads = _downloads_of_assets(user, asset_ids)
+    titles = dict(MediaAsset.objects.filter(pk__in=asset_ids).values_list("pk", "title"))
+    found = {}
+    for insight in insights:
+        if insight.kind == InsightKind.LIBRARY_OVERVIEW:
+            found[insight.pk] = Subject(str(_("your library")), reverse("insights:list"))
+            continue
+        number = int(insight.subject) if insight.subject.isdigit() else None
+        if insight.kind == InsightKind.VIDEO_SUMMARY:
+            download = downloads.get(number)
+            title = _title(download) if download else titles.get(number) or insight.subject
+            found[insight.pk] = Subject(title, _video_page(download))
+            continue
+        shot = shots.get(number)
+        if shot is None:
+            found[insight.pk] = Subject(str(_("a shot that no longer exists")))
+            continue
+        download = downloads.get(shot.asset_id)
+        title = _title(download) if download else titles.get(shot.asset_id, "")
+        found[insight.pk] = Subject(
+            str(_("Shot %(n)d of %(title)s") % {"n": shot.index + 1, "title": title}),
+            _video_page(download, shot.index))
+    return found
+
+
+def _subjects(user, jobs):
+    """{job id: Subject} for the user's jobs (a query per family of kinds, not per job)."""
+    from downloads.models import Download
+
+    # Each job's payload names what it works for: an insight, a download, or (CV jobs) an
+    # asset, which stands for the user's download of it. Several jobs may name one object.
+    insight_ids = {j.pk: str(j.payload.get("insight")) for j in jobs if j.kind.startswith("insights.")}
+    download_ids = {j.pk: str(j.payload.get("download")) for j in jobs
+                    if j.kind.startswith("downloads.") and j.payload.get("download")}
+    asset_ids = {j.pk: j.payload.get("asset") for j in jobs
+                 if j.kind in CV_KINDS and isinstance(j.payload.get("asset"), int)}
+
+    insights = list(Insight.objects.filter(
+        owner=user, pk__in={i for i in insight_ids.values() if _is_uuid(i)}))
+    by_insight = {}
+    for insight_id, subject in describe_subjects(user, insights).items():
+        subject.ref = {"type": "insight", "id": str(insight_id),
+                       "url": reverse("insights:api_insight", args=[insight_id])}
+        by_insight[str(insight_id)] = subject
+    by_download = {str(d.pk): _download_subject(d) for d in Download.objects.filter(
+        owner=user, pk__in={i for i in download_ids.values() if _is_uuid(i)}).select_related("asset")}
+    by_asset = {asset_id: _download_subject(d)
+                for asset_id, d in _downloads_of_assets(user, asset_ids.values()).items()}
+
+    found = {}
+    for job in jobs:
+        subject = (by_insight.get(insight_ids.get(job.pk)) or by_download.get(download_ids.get(job.pk))
+                   or by_asset.get(asset_ids.get(job.pk)))
+        if subject is not None:
+            found[job.pk] = subject
+    return found
+
+
+def _download_subject(download):
+    return Subject(_title(download), reverse("downloads:detail", args=[download.pk]),
+                   {"type": "download", "id": str(download.pk),
+                    "url": reverse("downloads:api_download", args=[download.pk])})
+
+
+def _is_uuid(value):
+    try:
+        uuid.UUID(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 # --- The queue page -------------------------------------------------------------------
 
-KIND_LABELS = {
-    "downloads.fetch": _("Download"),
-    "downloads.edit": _("Edit"),
-    **{f"insights.{k.value}": k.label for k in InsightKind},
-}
+CV_KINDS = ("downloads.segment", "downloads.analyze")
 
 
 @dataclass
 class QueueEntry:
     job: Job
     label: str
-    subject: str
+    subject: Subject | None
     status: str
     status_label: str
     tier: str
@@ -137,61 +260,19 @@ def queue_of(user):
         .order_by("-finished_at", "-id")[:HISTORY_LIMIT],
     ]
     jobs = [job for group in groups for job in group]
-    subjects = _subjects(jobs)
+    subjects = _subjects(user, jobs)
     served = served_kinds()
     entries, counted = [], 0
     for job in jobs:
-        entry = QueueEntry(job=job, label=str(KIND_LABELS.get(job.kind, job.kind)),
-                           subject=subjects.get(job.pk, ""), status=job.status.lower(),
-                           status_label=job.get_status_display(), tier=tier_of(job.priority))
+        entry = QueueEntry(job=job, label=registry.label(job.kind), subject=subjects.get(job.pk),
+                           status=job.status.lower(), status_label=job.get_status_display(),
+                           tier=tier_of(job.priority))
         if job.status == JobStatus.READY and counted < STANDING_LIMIT:
             standing = job_selectors.standing(job, served_kinds=served)
             entry.queue_position, entry.waiting_reason = standing.position, str(standing.message)
             counted += 1
         entries.append(entry)
     return entries
-
-
-def describe_subjects(insights):
-    """{insight id: its subject in words} (video titles instead of asset numbers), in one query."""
-    from downloads.models import MediaAsset
-
-    asset_ids = [int(i.subject) for i in insights if i.kind == InsightKind.VIDEO_SUMMARY]
-    titles = dict(MediaAsset.objects.filter(pk__in=asset_ids).values_list("pk", "title"))
-    words = {}
-    for insight in insights:
-        if insight.kind == InsightKind.VIDEO_SUMMARY:
-            words[insight.pk] = titles.get(int(insight.subject)) or insight.subject
-        elif insight.kind == InsightKind.LIBRARY_OVERVIEW:
-            words[insight.pk] = str(_("your library"))
-        else:
-            words[insight.pk] = str(_("shot %(id)s") % {"id": insight.subject})
-    return words
-
-
-def _subjects(jobs):
-    """What each job works on, in words (a query per family of kinds, not per job)."""
-    from downloads.models import Download
-
-    found = {}
-    insight_ids = {str(j.payload.get("insight")): j.pk for j in jobs if j.kind.startswith("insights.")}
-    insights = list(Insight.objects.filter(pk__in=[i for i in insight_ids if _is_uuid(i)]))
-    for insight_id, words in describe_subjects(insights).items():
-        found[insight_ids[str(insight_id)]] = words
-    download_ids = {str(j.payload.get("download")): j.pk for j in jobs
-                    if j.kind.startswith("downloads.") and j.payload.get("download")}
-    downloads = Download.objects.filter(pk__in=[i for i in download_ids if _is_uuid(i)])
-    for download in downloads.select_related("asset"):
-        found[download_ids[str(download.pk)]] = download.name or download.asset.title or download.asset.url
-    return found
-
-
-def _is_uuid(value):
-    try:
-        uuid.UUID(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 @dataclass

@@ -98,7 +98,7 @@ def insights_retry_failed(request):
 def insight_list(request):
     served = selectors.served_kinds()
     insights = list(selectors.insights_of(request.user)[:LIST_LIMIT])
-    subjects = selectors.describe_subjects(insights)
+    subjects = selectors.describe_subjects(request.user, insights)
     rows = [(selectors.insight_state(i, served_kinds=served), subjects[i.pk]) for i in insights]
     return render(request, "insights/list.html", {
         "rows": rows, "library_kind": InsightKind.LIBRARY_OVERVIEW, "library": data.LIBRARY,

@@ -24,6 +24,7 @@ from django.core.paginator import Paginator
 from django.db import models
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, path, reverse
 from django.utils.html import format_html, format_html_join
@@ -122,6 +123,9 @@ class JobAction:
     done: object  # ngettext_lazy(singular, plural, "n"): what changed, for %(n)d jobs
     order: tuple = ("pk",)  # the order a bulk use goes through the jobs in
     needs_priority: bool = False
+    # It throws away work someone asked for: always confirmed, even for one job, with a
+    # reason the job's owner is shown.
+    discards: bool = False
 
     def run(self, job, *, actor, reason, priority=None):
         """True when the job changed; False when it already stood where asked."""
@@ -155,7 +159,7 @@ ACTIONS = {
         JobAction("cancel", _("Cancel"), "can_cancel", LIVE, services.cancel,
                   ngettext_lazy("Cancelled %(n)d job (a running one stops at its next check).",
                                 "Cancelled %(n)d jobs (running ones stop at their next check).",
-                                "n")),
+                                "n"), discards=True),
         JobAction("pause", _("Pause"), "can_pause", (JobStatus.READY, JobStatus.RUNNING),
                   services.pause, ngettext_lazy("Paused %(n)d job.", "Paused %(n)d jobs.", "n")),
         JobAction("resume", _("Resume"), "can_pause", (JobStatus.PAUSED,), services.resume,
@@ -274,7 +278,7 @@ class JobAdmin(admin.ModelAdmin):
                            "concurrency_keys", "blocked_key", "stop_requested"]}),
         (_("Attempts"), {"fields": ["attempts_display", "run_after", "worker_link", "worker_ids",
                                     "lease_expires_at"]}),
-        (_("Progress"), {"fields": ["progress_display", "phase", "progress_message", "progress_at"]}),
+        (_("Progress"), {"fields": ["progress_bar", "progress_at"]}),
         (_("Times"), {"fields": ["enqueued_at", "started_at", "finished_at", "durations_display",
                                  "updated_at"]}),
         (_("Payload and result"), {"fields": ["payload_display", "result_display"]}),
@@ -356,6 +360,10 @@ class JobAdmin(admin.ModelAdmin):
         return format_html("{}%{}", round(job.progress * 100),
                            format_html(" · {}", job.phase) if job.phase else "")
 
+    @admin.display(description=_("progress"))
+    def progress_bar(self, job):
+        return render_to_string("admin/jobs/progress.html", {"p": admin_views.progress(job)})
+
     @admin.display(description=_("error"))
     def error_summary(self, job):
         if not job.error:
@@ -436,7 +444,7 @@ class JobAdmin(admin.ModelAdmin):
                                            reason=form.cleaned_data["reason"], priority=priority)
                 report(request, action, changed, skipped)
                 return None
-        elif not many and not action.needs_priority:
+        elif not many and not action.needs_priority and not action.discards:
             changed, skipped = perform(action, queryset, actor=request.user)
             report(request, action, changed, skipped)
             return None
@@ -456,7 +464,11 @@ class JobAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/jobs/job/action_confirmation.html", context)
 
     def act_view(self, request, object_id, action_name):
-        """One action on one job, from a button (POST only, with CSRF, like every admin form)."""
+        """One action on one job, from a button (POST only, with CSRF, like every admin form).
+
+        An action that discards work answers its button with a confirmation page first (a
+        reason to give, the job's owner told); that page posts again with confirm=yes.
+        """
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         action = ACTIONS.get(action_name)
@@ -464,6 +476,18 @@ class JobAdmin(admin.ModelAdmin):
             raise PermissionDenied
         job = get_object_or_404(Job, pk=object_id)
         back = safe_next(request, reverse("admin:jobs_job_change", args=[job.pk]))
+        if action.discards and request.POST.get("confirm") != "yes":
+            return TemplateResponse(request, "admin/jobs/job/act_confirmation.html", {
+                **self.admin_site.each_context(request),
+                "title": gettext("Are you sure?"),
+                "opts": self.opts,
+                "action": action,
+                "job": job,
+                "kind_label": registry.label(job.kind),
+                "linked": admin_link(linked_object(job)),
+                "reason": request.POST.get("reason", "")[:500],
+                "back": back,
+            })
         form = ActionOptionsForm(request.POST)
         if not form.is_valid():
             messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
@@ -612,4 +636,9 @@ class ConcurrencyLimitAdmin(admin.ModelAdmin):
         services.set_limit(obj.key, obj.limit)
 
 
-__all__ = ["ACTIONS", "PRIORITY_MAX", "PRIORITY_MIN", "linked_object", "redact", "register_job_link"]
+from jobs import admin_schedules  # noqa: E402,F401 - registers the Schedules list
+
+register_progress_words = admin_views.register_progress_words
+
+__all__ = ["ACTIONS", "PRIORITY_MAX", "PRIORITY_MIN", "linked_object", "redact", "register_job_link",
+           "register_progress_words"]

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from jobs import claiming, conf, metrics, selectors, services
+from jobs import claiming, conf, metrics, registry, selectors, services
 from jobs.exceptions import IllegalTransition
 from jobs.models import Job, JobStatus, Queue, Worker
 
@@ -91,8 +91,12 @@ def up_next(model_admin, request):
     rows = [(offset + i, job, selectors.standing(job, served_kinds=served))
             for i, job in enumerate(jobs, start=1)]
     total = ready_count(queue)
-    running = (Job.objects.filter(queue=queue, status=JobStatus.RUNNING)
-               .select_related("owner", "worker").order_by("started_at", "pk")[:100])
+    running = list(Job.objects.filter(queue=queue, status=JobStatus.RUNNING)
+                   .select_related("owner", "worker").order_by("started_at", "pk")[:100])
+    for job in running:
+        job.progress_view = progress(job)
+    for job in [*running, *jobs]:
+        job.kind_label = registry.label(job.kind)
     allowed = {a.name for a in model_admin.allowed_actions(request)}
     return _render(model_admin, request, "up_next.html", {
         "title": _("Up next"),
@@ -237,6 +241,32 @@ def worker_command(model_admin, request, worker_id, command):
 
 
 # --- Pieces of the job's page ------------------------------------------------------------
+
+_progress_words = {}  # kind prefix -> describe(progress_message) -> words
+
+
+def register_progress_words(kind_prefix, describe):
+    """Say how the progress message of a kind reads, for kinds that carry figures in it:
+
+        register_progress_words("downloads.", lambda message: "3.2 MB of 10 MB")
+    """
+    _progress_words[kind_prefix] = describe
+
+
+def progress_words(job):
+    """The job's progress message as a person reads it (the longest registered prefix wins)."""
+    prefixes = sorted((p for p in _progress_words if job.kind.startswith(p)), key=len, reverse=True)
+    if prefixes and job.progress_message:
+        return _progress_words[prefixes[0]](job.progress_message)
+    return job.progress_message
+
+
+def progress(job):
+    """What the progress bar of a job shows: {percent (None: unknown), phase, words, live}."""
+    return {"percent": None if job.progress is None else round(job.progress * 100),
+            "phase": job.phase, "words": progress_words(job),
+            "live": job.status == JobStatus.RUNNING}
+
 
 
 def pretty(value):

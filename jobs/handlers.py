@@ -4,11 +4,13 @@ jobs.prune   delete finished jobs older than JOBS_PRUNE_AFTER (the `prunejobs` c
              work), fired by the "Prune job history" schedule
 """
 
+from django.utils.translation import gettext_lazy as _
+
 from jobs import prune
 from jobs.registry import kind
 
 
-@kind("jobs.prune", unique_key=lambda payload, owner: "jobs.prune", max_attempts=3)
+@kind("jobs.prune", label=_("Job history pruning"), unique_key=lambda payload, owner: "jobs.prune", max_attempts=3)
 def prune_history(ctx, payload):
     pruned = prune.prune_finished(prune.prune_after())
     return {"jobs": pruned.jobs, "events": pruned.events, "batches": pruned.batches}

@@ -26,7 +26,7 @@ class JobStatus(models.TextChoices):
     # Held back by a person; never claimed. Out: resume (to READY), cancel.
     PAUSED = "PAUSED", _("Paused")
     # Final states. Out: a manual retry, a new fingerprint, a cool-down re-arm.
-    SUCCESSFUL = "SUCCESSFUL", _("Finished")
+    SUCCESSFUL = "SUCCESSFUL", _("Successful")
     FAILED = "FAILED", _("Failed")
     CANCELLED = "CANCELLED", _("Cancelled")
 
@@ -161,7 +161,7 @@ class Job(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.kind} #{self.pk} ({self.status})"
+        return f"{self.kind} #{self.pk} ({self.get_status_display()})"
 
     @property
     def is_live(self):

@@ -2,8 +2,8 @@
 
 Apps declare their kinds with the decorator; the engine does the rest:
 
-    @jobs.registry.kind("downloads.fetch", queue="downloads", max_attempts=3,
-                        mode="process", concurrency_keys=lambda p, owner: [...])
+    @jobs.registry.kind("downloads.fetch", label=_("Download"), queue="downloads",
+                        max_attempts=3, mode="process", concurrency_keys=lambda p, owner: [...])
     def fetch(ctx, payload):
         ...
 """
@@ -70,18 +70,22 @@ class Kind:
     name: str
     handler: Callable
     policy: Policy
+    label: Any = None  # what people call its jobs (a lazy translation); None: the name
+
+
 
 
 _kinds: dict[str, Kind] = {}
 
 
-def kind(name, **policy):
-    """Register the decorated function as the handler of jobs of kind `name`."""
+def kind(name, *, label=None, **policy):
+    """Register the decorated function as the handler of jobs of kind `name`, called `label`
+    on pages."""
     if policy.get("mode", "inline") not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
 
     def register(handler):
-        _kinds[name] = Kind(name=name, handler=handler, policy=Policy(**policy))
+        _kinds[name] = Kind(name=name, handler=handler, policy=Policy(**policy), label=label)
         return handler
 
     return register
@@ -98,6 +102,13 @@ def get(name):
         return _kinds[name]
     except KeyError:
         raise UnknownKind(f"No job kind named {name!r} is registered.") from None
+
+
+def label(name):
+    """The human, translated name of a kind's jobs ("Download"); the kind itself when it has none
+    (or is not registered in this process)."""
+    spec = _kinds.get(name)
+    return str(spec.label) if spec is not None and spec.label is not None else name
 
 
 def names():

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from jobs import conf, registry, sql
-from jobs.models import ConcurrencyLimit, Job, JobStatus, Queue, Worker
+from jobs.models import ConcurrencyLimit, Job, JobEvent, JobStatus, Queue, Worker
 
 # How a concurrency key's namespace reads to a person ("user:42" is "your
 # other jobs"); apps add theirs with `describe_key`.
@@ -43,6 +43,17 @@ def ahead_of(job):
         | Q(priority=job.priority, position=job.position, enqueued_at=job.enqueued_at, pk__lt=job.pk)
     )
     return Job.objects.filter(before, status=JobStatus.READY, queue=job.queue)
+
+
+def cancelled_by_other(job):
+    """For a job cancelled by someone other than its owner (staff), the reason they gave ("" for
+    none); None when it was not cancelled that way."""
+    if job.status != JobStatus.CANCELLED:
+        return None
+    event = job.events.filter(kind=JobEvent.Kind.CANCELLED).order_by("-at", "-id").first()
+    if event is None or event.actor_id is None or event.actor_id == job.owner_id:
+        return None
+    return event.reason
 
 
 def live_kinds():

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth.decorators import login_not_required
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from django.views.i18n import set_language
 
 from core import health, views
@@ -11,6 +13,8 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
+    # Pages link the icon; this answers browsers that ask for it anyway (the admin, feeds).
+    path("favicon.ico", login_not_required(RedirectView.as_view(url=static("favicon.svg")))),
     path("accounts/", include("django.contrib.auth.urls")),
     # Visitors choose a language on the login page, before they have a session.
     path("i18n/setlang/", login_not_required(set_language), name="set_language"),

@@ -10,6 +10,8 @@ subscriptions falling due together wait for each other instead of taking
 every worker.
 """
 
+from django.utils.translation import gettext_lazy as _
+
 from jobs.registry import kind
 from subscriptions import checking, conf
 from subscriptions.services import CHECK_KIND, check_key
@@ -25,6 +27,7 @@ def _keys(payload, owner):
 
 @kind(
     CHECK_KIND,
+    label=_("Subscription check"),
     mode="process",
     queue="subscriptions",
     max_attempts=conf.check_attempts(),

@@ -61,6 +61,7 @@ def test_staff_moves_a_job_to_the_front_and_the_running_worker_takes_it_next(
         assert numbers[0] == ["1", str(waiting[3].pk)]
         # Free the worker's only slot: the slow job stops at its next check.
         page.click(f'#running tr[data-job="{slow.pk}"] button[data-action="cancel"]')
+        page.click("#confirm-action")  # a cancel discards work: staff confirm it first
         assert wait_until(lambda: all(status(j) == JobStatus.SUCCESSFUL for j in waiting))
     finally:
         worker.request_stop()

@@ -358,7 +358,7 @@ def test_the_queues_page_counts_and_steers_each_queue(staff, staff_user):
     body = staff.get(QUEUES).content.decode()
     row = body.split('data-queue="default"')[1].split("</tr>")[0]
     cells = re.findall(r"<td>([^<]*)</td>", row)
-    assert cells[:6] == ["1", "0", "0", "0", "1", "0"]  # queued, running, paused, finished, failed, cancelled
+    assert cells[:6] == ["1", "0", "0", "0", "1", "0"]  # queued, running, paused, successful, failed, cancelled
     staff.post(reverse("admin:jobs_job_queue_operation", args=["default", "pause"]))
     assert Queue.objects.get(name="default").paused
     staff.post(reverse("admin:jobs_job_queue_operation", args=["default", "limits"]),

@@ -148,7 +148,7 @@ def page(client, name, accept_language):
 def assert_chinese_layout(html):
     assert '<html lang="zh-hans">' in html
     assert '<nav aria-label="主导航">' in html
-    assert '<a href="/">首页</a>' in html
+    assert '<a href="/" aria-current="page">首页</a>' in html  # the page it is on
     assert '<button type="submit" class="link">退出登录</button>' in html
     assert "修改密码" in html
     assert '<option value="zh-hans" selected>简体中文</option>' in html
@@ -189,7 +189,7 @@ def test_other_browsers_get_english(client, alice_client, accept_language):
     home = page(alice_client, "home", accept_language=accept_language)
     assert_english(home)
     assert "<h1>Welcome, alice</h1>" in home
-    assert '<a href="/">Home</a>' in home
+    assert '<a href="/" aria-current="page">Home</a>' in home
 
 
 @pytest.mark.django_db

@@ -131,3 +131,18 @@ def test_the_policy_defaults_to_the_environment(monkeypatch):
     assert validate_url("http://10.1.2.3/v.mp4") == "http://10.1.2.3/v.mp4"
     with pytest.raises(InvalidURL):
         validate_url("http://10.2.0.1/v.mp4")
+
+
+@pytest.mark.parametrize("spelling", [
+    "http://127.0.0.1:8001/sample.mp4", "http://127.1:8001/sample.mp4",
+    "http://0177.0.0.1:8001/sample.mp4", "http://0x7f.0.0.1:8001/sample.mp4",
+    "http://2130706433:8001/sample.mp4", "http://[::ffff:127.0.0.1]:8001/sample.mp4",
+    "http://127.0.0.1.:8001/sample.mp4",
+])
+def test_every_spelling_of_an_ip_literal_host_normalises_to_one(spelling):
+    assert normalise_url(spelling) == "http://127.0.0.1:8001/sample.mp4"
+
+
+def test_named_hosts_and_plain_ipv6_literals_keep_their_form():
+    assert normalise_url("http://cafe.face/x") == "http://cafe.face/x"
+    assert normalise_url("http://[2001:DB8::1]/x") == "http://[2001:db8::1]/x"
