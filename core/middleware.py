@@ -2,6 +2,7 @@ from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLogi
 from django.utils.translation import gettext as _
 
 from core.tokens import unauthorized
+from core.views import bad_request
 
 
 class LoginRequiredMiddleware(DjangoLoginRequired):
@@ -14,3 +15,21 @@ class LoginRequiredMiddleware(DjangoLoginRequired):
         if request.path.startswith("/api/"):
             return unauthorized(_("Log in or send an API token."))
         return super().handle_no_permission(request, view_func)
+
+
+class RefuseNulMiddleware:
+    """A path or query string holding a NUL character is refused with 400 before any view.
+
+    PostgreSQL stores no NUL, so any lookup with one fails at the driver (an
+    admin search for "%00", a queue named "%00"); forms already refuse it in
+    bodies (Django's CharField), which this leaves to them.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path_info or any(
+                "\x00" in text for key, values in request.GET.lists() for text in (key, *values)):
+            return bad_request(request, None)
+        return self.get_response(request)
