@@ -29,8 +29,9 @@ class BadRequest(Exception):
         return error(400, self.code, self.message, **extra)
 
 
-def error(status, code, message, **extra):
-    return JsonResponse({"error": str(message), "error_code": code, **extra}, status=status)
+def error(http_status, code, message, **extra):
+    # `http_status`, not `status`: a download's refusal carries its own "status" field.
+    return JsonResponse({"error": str(message), "error_code": code, **extra}, status=http_status)
 
 
 def json_object(request):
