@@ -1,3 +1,4 @@
+from django.contrib.admin.options import TO_FIELD_VAR
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequired
 from django.utils.translation import gettext as _
 
@@ -17,12 +18,16 @@ class LoginRequiredMiddleware(DjangoLoginRequired):
         return super().handle_no_permission(request, view_func)
 
 
-class RefuseNulMiddleware:
-    """A path or query string holding a NUL character is refused with 400 before any view.
+class RefuseMalformedMiddleware:
+    """Two requests no view can answer are refused with 400 before any view.
 
-    PostgreSQL stores no NUL, so any lookup with one fails at the driver (an
-    admin search for "%00", a queue named "%00"); forms already refuse it in
-    bodies (Django's CharField), which this leaves to them.
+    - A NUL character in the path or the query string: PostgreSQL stores no
+      NUL, so any lookup with one fails at the driver (an admin search for
+      "%00", a queue named "%00"). Forms already refuse it in bodies (Django's
+      CharField), which this leaves to them.
+    - An empty `_to_field` on an admin page: Django's admin looks it up as a
+      field named "" and raises FieldDoesNotExist (a 500) on every change and
+      delete page; a to_field it does not allow is already its own 400.
     """
 
     def __init__(self, get_response):
@@ -31,5 +36,8 @@ class RefuseNulMiddleware:
     def __call__(self, request):
         if "\x00" in request.path_info or any(
                 "\x00" in text for key, values in request.GET.lists() for text in (key, *values)):
+            return bad_request(request, None)
+        if request.path_info.startswith("/admin/") and "" in (
+                request.GET.get(TO_FIELD_VAR), request.POST.get(TO_FIELD_VAR)):
             return bad_request(request, None)
         return self.get_response(request)

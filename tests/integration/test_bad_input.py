@@ -236,3 +236,12 @@ def test_a_form_body_with_the_csrf_header_is_400_bad_json_not_a_500(user):
 def test_a_next_that_looks_like_a_view_name_is_followed_as_a_url(alice_client, target):
     response = alice_client.post("/insights/retry-failed/", {"next": target})
     assert response.status_code == 302
+
+
+@pytest.mark.parametrize("path", ["admin:jobs_queue_change", "admin:jobs_queue_delete"])
+def test_an_empty_to_field_on_an_admin_page_is_400(staff, path):
+    Queue.objects.create(name="q")
+    url = reverse(path, args=["q"])
+    assert staff.get(url, {"_to_field": ""}).status_code == 400
+    assert staff.post(url, {"_to_field": "", "name": "q", "post": "yes"}).status_code == 400
+    assert Queue.objects.filter(name="q").exists()
