@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: venv run worker test test-fast lint bench bench-peers chaos clean
+.PHONY: venv run worker test test-fast lint bench bench-peers chaos fuzz clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ bench-peers: venv
 
 chaos: venv
 	scripts/chaos
+
+# The fuzz layer with a long budget, on both databases (FUZZ_EXAMPLES per route).
+fuzz: venv
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} $(PY) -m tests.services -- scripts/run-tests -m fuzz --timeout=3600 $(ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

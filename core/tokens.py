@@ -13,11 +13,13 @@ def unauthorized(message):
 
 
 class BearerTokenMiddleware:
-    """`Authorization: Bearer <token>` logs the request in as the token's user.
+    """`Authorization: Bearer <token>` logs a JSON API request in as the token's user.
 
-    A request that presents a token is judged by it alone: a wrong or revoked
-    token is a 401 even when a session cookie rides along, so a script never
-    silently acts as whoever last used the browser.
+    Only under /api/: a token is made for scripts, so it never opens the admin
+    or a page (where it would also skip the CSRF check that protects them);
+    elsewhere the header is ignored. A request that presents a token is judged
+    by it alone: a wrong or revoked token is a 401 even when a session cookie
+    rides along, so a script never silently acts as whoever last used the browser.
     """
 
     def __init__(self, get_response):
@@ -25,8 +27,7 @@ class BearerTokenMiddleware:
 
     def __call__(self, request):
         header = request.headers.get("Authorization", "")
-        # /metrics checks its own scrape token (METRICS_TOKEN), not a user's.
-        if not header.lower().startswith("bearer ") or request.path_info == "/metrics":
+        if not header.lower().startswith("bearer ") or not request.path_info.startswith("/api/"):
             return self.get_response(request)
         raw = header[7:].strip()
         token = (

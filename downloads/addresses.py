@@ -10,7 +10,7 @@ import ipaddress
 import re
 import socket
 import unicodedata
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
@@ -23,6 +23,8 @@ SCHEMES = {"http": 80, "https": 443}
 SEARCH_PREFIX = re.compile(r"^[a-z0-9_-]*search[a-z0-9_-]*:", re.IGNORECASE)
 HOST_NAME = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?$")
 IPV4_LOOSE = re.compile(r"^[0-9a-fx.]+$")  # what inet_aton reads: 127.1, 0x7f.0.0.1, 2130706433
+# A host whose last label is a number is an IPv4 address or nothing (as browsers read it).
+NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
 
 
 class InvalidURL(ValidationError):
@@ -47,6 +49,11 @@ def validate_url(raw, *, policy=None, max_length=None):
     if SEARCH_PREFIX.match(url):
         raise InvalidURL(_("Searches are not supported; enter the address of a video."),
                          code="search")
+    try:
+        unquote(url, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidURL(_("The address holds percent-escapes that are not UTF-8 text."),
+                         code="encoding") from None
     parts = _split(url)
     if parts.scheme.lower() not in SCHEMES:
         raise InvalidURL(_("Only http:// and https:// addresses can be downloaded."), code="scheme")
@@ -104,11 +111,18 @@ def _host_and_port(parts):
         except ValueError:
             raise InvalidURL(_("The host name in this address is not valid."),
                              code="host") from None
+    # Digits other than 0-9 (circled, superscript, other scripts' digits) turn into
+    # ASCII ones or into punycode: either way not what the address seems to say.
+    if any(not char.isascii() and unicodedata.category(char) in {"Nd", "Nl", "No"}
+           for char in raw_host):
+        raise InvalidURL(_("The host name in this address is not valid."), code="host")
     try:
         host = raw_host.encode("idna").decode("ascii").lower()
     except UnicodeError:
         raise InvalidURL(_("The host name in this address is not valid."), code="host") from None
     if not HOST_NAME.match(host):
+        raise InvalidURL(_("The host name in this address is not valid."), code="host")
+    if NUMERIC_LABEL.match(host.rstrip(".").rsplit(".", 1)[-1]) and _literal_ip(host) is None:
         raise InvalidURL(_("The host name in this address is not valid."), code="host")
     return host, port
 

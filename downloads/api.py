@@ -22,7 +22,6 @@ action the download's state does not allow, 429 over the queued cap. GETs
 only read.
 """
 
-import json
 import uuid
 
 from django.core.exceptions import ValidationError
@@ -30,6 +29,8 @@ from django.http import HttpResponse, JsonResponse
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
+from core import jsonapi
+from core.jsonapi import error
 from downloads import selectors, services, shots
 from downloads.forms import DownloadForm
 from insights import selectors as insight_selectors
@@ -37,10 +38,6 @@ from insights.models import InsightKind
 from jobs.exceptions import IllegalTransition
 
 LIST_LIMIT = 200
-
-
-def error(http_status, code, message, **extra):
-    return JsonResponse({"error": str(message), "error_code": code, **extra}, status=http_status)
 
 
 def _iso(value):
@@ -113,14 +110,6 @@ def download_json(state, request, summaries=None):
     }
 
 
-def _body(request):
-    try:
-        data = json.loads(request.body or b"null")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _mine(request, download_id):
     try:
         key = uuid.UUID(str(download_id))
@@ -143,11 +132,13 @@ def downloads(request):
             for d in rows]})
     if request.method != "POST":
         return error(405, "method_not_allowed", _("Use GET or POST."))
-    data = _body(request)
-    if data is None:
-        return error(400, "bad_json", _("Send a JSON object."))
-    form = DownloadForm({"url": data.get("url"), "format": data.get("format") or "best",
-                         "name": data.get("name") or ""})
+    try:
+        data = jsonapi.json_object(request)
+        form = DownloadForm({"url": jsonapi.text(data, "url"),
+                             "format": jsonapi.text(data, "format", default="best"),
+                             "name": jsonapi.text(data, "name")})
+    except jsonapi.BadRequest as exc:
+        return exc.response()
     if not form.is_valid():
         return error(400, "invalid", _("Check the fields."), errors={
             field: [str(m) for m in messages] for field, messages in form.errors.items()})
@@ -241,7 +232,8 @@ def shots_list(request, download_id):
 
 
 def analyze(request, shot_id):
-    shot = shots.shot_of(request.user, shot_id) if str(shot_id).isdigit() else None
+    number = jsonapi.number_id(shot_id)
+    shot = shots.shot_of(request.user, number) if number is not None else None
     if shot is None:
         return error(404, "not_found", _("No such shot."))
     if request.method != "POST":

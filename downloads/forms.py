@@ -4,6 +4,8 @@ from django.utils.translation import gettext_lazy as _
 from downloads.addresses import validate_url
 from downloads.models import Format
 
+MAX_EDIT_S = 30 * 86400  # no video is longer than a month
+
 
 class DownloadForm(forms.Form):
     url = forms.CharField(
@@ -21,8 +23,11 @@ class EditForm(forms.Form):
     OPS = [("trim", _("Cut a part")), ("audio", _("Extract the audio"))]
 
     op = forms.ChoiceField(label=_("Edit"), choices=OPS, initial="trim")
-    start_s = forms.FloatField(label=_("From (seconds)"), required=False, min_value=0)
-    end_s = forms.FloatField(label=_("To (seconds)"), required=False, min_value=0)
+    # Bounded so an edit's spec fits its column ("trim:1e300-..." would not).
+    start_s = forms.FloatField(label=_("From (seconds)"), required=False, min_value=0,
+                               max_value=MAX_EDIT_S)
+    end_s = forms.FloatField(label=_("To (seconds)"), required=False, min_value=0,
+                             max_value=MAX_EDIT_S)
 
     def clean(self):
         data = super().clean()

@@ -10,12 +10,18 @@ import hashlib
 import uuid
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from downloads import conf
+from jobs.bounds import LIMIT_MAX
+
+# A limit nobody reaches: an unlimited user's concurrency, a ready asset's key.
+UNLIMITED = LIMIT_MAX
+MAX_QUEUED = 100_000  # the most downloads a quota may let one user queue
 
 
 def url_digest(url):
@@ -167,9 +173,11 @@ class DownloadQuota(models.Model):
     user = models.OneToOneField(settings.AUTH_USER_MODEL, primary_key=True,
                                 on_delete=models.CASCADE, related_name="download_quota")
     max_concurrent = models.PositiveIntegerField(
-        _("downloads running at once"), default=conf.default_concurrent)
+        _("downloads running at once"), default=conf.default_concurrent,
+        validators=[MaxValueValidator(UNLIMITED)])
     max_queued = models.PositiveIntegerField(
-        _("downloads queued, running or paused"), default=conf.default_queued)
+        _("downloads queued, running or paused"), default=conf.default_queued,
+        validators=[MaxValueValidator(MAX_QUEUED)])
     storage_bytes = models.PositiveBigIntegerField(
         _("storage (bytes)"), default=conf.default_storage_bytes)
     unlimited = models.BooleanField(
@@ -190,9 +198,6 @@ class DownloadQuota(models.Model):
     def concurrency_limit(self):
         return UNLIMITED if self.unlimited else max(1, self.max_concurrent)
 
-
-# A limit nobody reaches: an unlimited user's concurrency, a ready asset's key.
-UNLIMITED = 10_000
 
 
 class Shot(models.Model):

@@ -23,7 +23,8 @@ from email.utils import formatdate
 
 from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
 
-RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")  # ASCII digits only ("²" is a \d)
+BEYOND_ANY_FILE = 10**18  # a position of more digits is read as this (int() refuses 4,300)
 CHUNK_BYTES = 256 * 1024
 CONTENT_TYPES = {
     ".mp4": "video/mp4", ".m4v": "video/mp4", ".m4a": "audio/mp4", ".mkv": "video/x-matroska",
@@ -100,6 +101,11 @@ class _Slice:
         self.file.close()
 
 
+def _position(digits):
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) < 19 else BEYOND_ANY_FILE
+
+
 def requested_range(header, size):
     """(start, end inclusive) for a single satisfiable range; None to send everything;
     "unsatisfiable" for a range outside the file."""
@@ -110,12 +116,12 @@ def requested_range(header, size):
     if not first and not last:
         return None
     if not first:  # the final `last` bytes
-        length = int(last)
+        length = _position(last)
         if length == 0:
             return "unsatisfiable"
         return max(0, size - length), size - 1
-    start = int(first)
-    end = min(int(last), size - 1) if last else size - 1
+    start = _position(first)
+    end = min(_position(last), size - 1) if last else size - 1
     if start >= size or end < start:
         return "unsatisfiable"
     return start, end

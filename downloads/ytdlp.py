@@ -34,7 +34,13 @@ from django.utils.translation import gettext_lazy as _
 from yt_dlp.globals import plugin_dirs
 from yt_dlp.networking import HEADRequest
 from yt_dlp.networking.common import Response
-from yt_dlp.networking.exceptions import HTTPError, TransportError, UnsupportedRequest
+from yt_dlp.networking.exceptions import (
+    HTTPError,
+    NoSupportingHandlers,
+    RequestError,
+    TransportError,
+    UnsupportedRequest,
+)
 from yt_dlp.postprocessor import FFmpegPostProcessor
 from yt_dlp.postprocessor.common import PostProcessor
 from yt_dlp.utils import (
@@ -593,7 +599,11 @@ def _failure(exc, guard, *, downloading=False):
     if "No space left on device" in detail:
         return StorageFull(detail)
     for cause in causes:
-        if isinstance(cause, (UnsupportedError, UnsupportedRequest)):
+        # A plain RequestError is what yt-dlp's HTTP client raises for a request it
+        # cannot make at all, such as a redirect to gopher:, dict: or file: (the
+        # InvalidSchema inside is an OSError): refused for good, not a network failure.
+        if isinstance(cause, (UnsupportedError, UnsupportedRequest, NoSupportingHandlers)) or \
+                type(cause) is RequestError:
             return UnsupportedURL(detail)
         if isinstance(cause, HTTPError):
             return NetworkFailed(detail) if cause.status >= 500 else Unavailable(detail)

@@ -13,21 +13,17 @@ tier): 202 while it is being made, 200 once it is final. Errors are JSON
 yours or no such id, 405. GETs only read.
 """
 
-import json
-
 from django.http import JsonResponse
 from django.urls import reverse
 from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 
+from core import jsonapi
+from core.jsonapi import error
 from insights import data, selectors, services
 from insights.models import InsightKind
 
 LIST_LIMIT = 200
-
-
-def error(status, code, message, **extra):
-    return JsonResponse({"error": str(message), "error_code": code, **extra}, status=status)
 
 
 def _iso(value):
@@ -61,14 +57,6 @@ def insight_json(state, request):
     }
 
 
-def _body(request):
-    try:
-        body = json.loads(request.body or b"null")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return body if isinstance(body, dict) else None
-
-
 def insights(request):
     if request.method == "GET":
         served = selectors.served_kinds()
@@ -77,11 +65,13 @@ def insights(request):
             insight_json(selectors.insight_state(i, served_kinds=served), request) for i in rows]})
     if request.method != "POST":
         return error(405, "method_not_allowed", _("Use GET or POST."))
-    body = _body(request)
-    if body is None:
-        return error(400, "bad_json", _("Send a JSON object."))
-    kind, subject = body.get("kind"), body.get("subject")
-    tier = body.get("priority") or "interactive"
+    try:
+        body = jsonapi.json_object(request)
+        kind = jsonapi.text(body, "kind")
+        tier = jsonapi.text(body, "priority", default="interactive")
+    except jsonapi.BadRequest as exc:
+        return exc.response()
+    subject = body.get("subject")
     if kind not in InsightKind.values:
         return error(400, "invalid", _("Unknown kind; use one of: %(kinds)s.")
                      % {"kinds": ", ".join(InsightKind.values)}, field="kind")

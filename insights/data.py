@@ -18,6 +18,7 @@ from django.apps import apps
 from django.db.models import Q
 from django.utils.translation import gettext as _
 
+from core.jsonapi import number_id
 from downloads.models import Download, DownloadStatus, MediaAsset
 from insights.models import InsightKind
 
@@ -49,10 +50,10 @@ def _seconds(value):
 
 
 def _number_subject(subject):
-    text = str(subject).strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > 18:  # "²" is a digit to str
+    number = number_id(subject.strip() if isinstance(subject, str) else subject)
+    if number is None:
         raise SubjectInvalid(_("The subject must be a number."))
-    return str(int(text))
+    return str(number)
 
 
 def _shot_model():

@@ -8,7 +8,7 @@ insights up through the owner, so another user's id is a 404.
 """
 
 from django.contrib import messages
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import get_language, ngettext
@@ -33,7 +33,8 @@ def _back(request, fallback="insights:list"):
     target = request.POST.get("next") or request.headers.get("Referer")
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
                                                   require_https=request.is_secure()):
-        return redirect(target)
+        # A URL as it is: redirect() would read "0" or "home" as a view's name.
+        return HttpResponseRedirect(target)
     return redirect(fallback)
 
 

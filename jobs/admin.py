@@ -224,6 +224,8 @@ def _admin_action(action):
 # --- The job list and page ---------------------------------------------------------
 
 COUNT_CAP = 10_000
+# A job's number as staff type it: ASCII digits that fit a primary key ("²".isdigit() is true).
+JOB_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 class CappedPaginator(Paginator):
@@ -334,7 +336,7 @@ class JobAdmin(admin.ModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        if term.isdigit():
+        if JOB_NUMBER.fullmatch(term):
             return queryset.filter(pk=int(term)), False
         try:
             return queryset.filter(public_id=uuid.UUID(term)), False
@@ -583,13 +585,7 @@ class WorkerAdmin(admin.ModelAdmin):
 class QueueForm(forms.ModelForm):
     class Meta:
         model = Queue
-        fields = ["name", "paused", "concurrency", "gap_seconds"]
-
-    def clean_gap_seconds(self):
-        gap = self.cleaned_data["gap_seconds"]
-        if gap < 0:
-            raise forms.ValidationError(gettext("A gap cannot be negative."))
-        return gap
+        fields = ["name", "paused", "concurrency", "gap_seconds"]  # bounded by the model
 
 
 @admin.register(Queue)

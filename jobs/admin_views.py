@@ -12,7 +12,7 @@ from datetime import timedelta
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -20,13 +20,14 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from jobs import claiming, conf, metrics, registry, selectors, services
+from jobs import bounds, claiming, conf, metrics, registry, selectors, services
 from jobs.exceptions import IllegalTransition
 from jobs.models import Job, JobStatus, Queue, Worker
 
 PER_PAGE = 200  # jobs listed on one page of "up next"
 COUNT_CAP = 100_000  # READY jobs counted at most, per queue and page view
 REFRESH_S = 5  # live refresh interval
+MAX_PAGE = COUNT_CAP // PER_PAGE + 1  # past the counted jobs there is nothing to number
 
 
 def _render(model_admin, request, template, context):
@@ -82,7 +83,7 @@ def up_next(model_admin, request):
     if queue not in queues:
         queues.append(queue)
     try:
-        page = max(1, int(request.GET.get("page", 1)))
+        page = min(max(1, int(request.GET.get("page", 1))), MAX_PAGE)
     except ValueError:
         page = 1
     offset = (page - 1) * PER_PAGE
@@ -119,10 +120,12 @@ def up_next(model_admin, request):
 
 
 class QueueLimitsForm(forms.Form):
-    concurrency = forms.IntegerField(label=gettext_lazy("Global limit"), min_value=0, required=False,
+    concurrency = forms.IntegerField(label=gettext_lazy("Global limit"), min_value=0,
+                                     max_value=bounds.LIMIT_MAX, required=False,
                                      help_text=gettext_lazy("Jobs of this queue running at once across all "
                                                  "workers; empty for no limit."))
-    gap_seconds = forms.FloatField(label=gettext_lazy("Gap (seconds)"), min_value=0, required=False,
+    gap_seconds = forms.FloatField(label=gettext_lazy("Gap (seconds)"), min_value=0,
+                                   max_value=bounds.GAP_SECONDS_MAX, required=False,
                                    help_text=gettext_lazy("Least time between two job starts."))
 
 
@@ -167,6 +170,8 @@ def queue_operation(model_admin, request, name, operation):
         return HttpResponseNotAllowed(["POST"])
     if not model_admin.has_manage_queues_permission(request):
         raise PermissionDenied
+    if name not in selectors.queue_names():
+        raise Http404  # a queue exists by its jobs, its kinds or its row; a POST never makes one
     back = reverse("admin:jobs_job_queues")
     if operation in ("pause", "resume"):
         changes = {"paused": operation == "pause"}
@@ -175,13 +180,15 @@ def queue_operation(model_admin, request, name, operation):
     elif operation == "limits":
         form = QueueLimitsForm(request.POST, prefix=name)
         if not form.is_valid():
-            messages.error(request, _("The limit and the gap must be numbers of zero or more."))
+            messages.error(request, _("The limit must be a whole number from 0 to %(limit)d and the "
+                                      "gap a number of seconds from 0 to %(gap)d.")
+                           % {"limit": bounds.LIMIT_MAX, "gap": bounds.GAP_SECONDS_MAX})
             return HttpResponseRedirect(back)
         changes = {"concurrency": form.cleaned_data["concurrency"],
                    "gap_seconds": form.cleaned_data["gap_seconds"] or 0.0}
         text = _("Changed the limits of the queue %(queue)s.")
     else:
-        raise PermissionDenied
+        raise Http404
     services.set_queue(name, **changes)
     claiming.forget_queue_settings()  # this process's cache; workers see it within a second
     model_admin.log_change(request, Queue.objects.get(name=name),

@@ -21,6 +21,7 @@ write lock first, so claimers are serialised and SKIP LOCKED (which Django
 silently ignores there) is not needed.
 """
 
+import logging
 import time
 import uuid
 from datetime import timedelta
@@ -30,8 +31,10 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from jobs import conf, services, sql
+from jobs import bounds, conf, services, sql
 from jobs.models import CLAIM_ORDER, Job, JobStatus, Queue
+
+log = logging.getLogger(__name__)
 
 # Candidates read per round: a few more than wanted, so some may be blocked.
 OVERFETCH = 8
@@ -95,8 +98,19 @@ def _queue_settings(queue):
     cached = _queue_cache.get(queue)
     if cached is not None and cached[0] > now:
         return cached[1]
-    row = Queue.objects.filter(name=queue).first()
+    row = _sane(Queue.objects.filter(name=queue).first())
     _queue_cache[queue] = (now + QUEUE_CACHE_S, row)
+    return row
+
+
+def _sane(row):
+    """The queue's row with its limits within bounds (a row edited by hand may hold anything)."""
+    if row is not None:
+        row.concurrency = None if row.concurrency is None else bounds.sane(
+            row.concurrency, low=0, high=bounds.LIMIT_MAX, default=0,
+            what=f"the global limit of queue {row.name!r}")
+        row.gap_seconds = bounds.sane(row.gap_seconds, low=0, high=bounds.GAP_SECONDS_MAX,
+                                      default=0.0, what=f"the gap of queue {row.name!r}")
     return row
 
 
@@ -107,7 +121,7 @@ def forget_queue_settings():
 
 def _queue_allowance(queue, want):
     """How many jobs a queue with a global limit or gap may start now (its row is locked)."""
-    row = Queue.objects.select_for_update().get(name=queue)
+    row = _sane(Queue.objects.select_for_update().get(name=queue))
     if row.gap_seconds:
         if row.last_started_at and timezone.now() - row.last_started_at < timedelta(
             seconds=row.gap_seconds
@@ -196,7 +210,17 @@ def candidates_query(queue, kinds):
 
 
 def _fit(candidates, *, queue, room):
-    """The candidates whose every key has a free slot, in order; park the rest."""
+    """The candidates whose every key has a free slot, in order; park the rest.
+
+    A job whose keys are not a list of strings (a row edited by hand) is failed
+    here: it could never be counted against a limit.
+    """
+    unreadable = [job for job in candidates if not _readable_keys(job.concurrency_keys)]
+    if unreadable:
+        log.warning("failing jobs %s: their concurrency keys are not a list of strings",
+                    [job.pk for job in unreadable])
+        services.fail_unreadable([job.pk for job in unreadable], code="invalid_keys")
+        candidates = [job for job in candidates if job not in unreadable]
     keys = {key for job in candidates for key in job.concurrency_keys}
     limits = sql.lock_limits(keys)
     in_use = sql.running_counts(list(keys))
@@ -217,6 +241,10 @@ def _fit(candidates, *, queue, room):
     for key, ids in parked.items():
         services.park(ids, key, queue)
     return taken
+
+
+def _readable_keys(keys):
+    return isinstance(keys, list) and all(isinstance(key, str) for key in keys)
 
 
 def claimable_exists(*, queues, kinds):

@@ -31,6 +31,7 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
@@ -304,6 +305,7 @@ registry = CollectorRegistry(auto_describe=False)
 registry.register(QueueCollector())
 
 
+@csrf_exempt  # it only reads; a POST gets require_GET's 405
 @login_not_required
 @require_GET
 @never_cache

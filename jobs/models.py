@@ -8,10 +8,13 @@ guarded UPDATE each. Nothing else writes `status`.
 import uuid
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+from jobs.bounds import GAP_SECONDS_MAX, LIMIT_MAX
 
 PRIORITY_MIN, PRIORITY_MAX = -100, 100  # Django's Tasks convention: higher runs first
 
@@ -63,7 +66,8 @@ class Job(models.Model):
     queue = models.CharField(_("queue"), max_length=100, default="default")
     payload = models.JSONField(_("payload"), default=dict)
     status = models.CharField(_("status"), max_length=10, choices=JobStatus, default=JobStatus.READY)
-    priority = models.SmallIntegerField(_("priority"), default=0)
+    priority = models.SmallIntegerField(_("priority"), default=0, validators=[
+        MinValueValidator(PRIORITY_MIN), MaxValueValidator(PRIORITY_MAX)])
     # Staff's ordering within a priority: lower runs first; "move to front"
     # writes a value below the queue's smallest.
     position = models.BigIntegerField(_("position"), default=0)
@@ -241,8 +245,11 @@ class Queue(models.Model):
     name = models.CharField(max_length=100, primary_key=True)
     paused = models.BooleanField(default=False)
     # Jobs of this queue running at once across the whole deployment (null: no limit).
-    concurrency = models.PositiveIntegerField(null=True, blank=True)
-    gap_seconds = models.FloatField(default=0)  # minimum time between two job starts
+    concurrency = models.PositiveIntegerField(null=True, blank=True,
+                                              validators=[MaxValueValidator(LIMIT_MAX)])
+    # Minimum time between two job starts.
+    gap_seconds = models.FloatField(default=0, validators=[
+        MinValueValidator(0), MaxValueValidator(GAP_SECONDS_MAX)])
     last_started_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -257,7 +264,7 @@ class ConcurrencyLimit(models.Model):
     """How many RUNNING jobs may carry `key` at once (e.g. "user:42" -> 2)."""
 
     key = models.CharField(max_length=255, primary_key=True)
-    limit = models.PositiveIntegerField()
+    limit = models.PositiveIntegerField(validators=[MaxValueValidator(LIMIT_MAX)])
 
     class Meta:
         verbose_name = _("concurrency limit")

@@ -872,9 +872,21 @@ def fail_unserved(served_kinds):
             status=JobStatus.FAILED, finished_at=Now(), error=message, error_code="unknown_kind",
             blocked_key=None,
         ):
+            log.warning("failed job %s: no live worker serves its kind %r", job.pk, job.kind)
             _finished(job, JobStatus.FAILED, error=message, error_code="unknown_kind")
             failed += 1
     return failed
+
+
+def fail_unreadable(job_ids, *, code):
+    """READY jobs whose row the engine cannot use (written by hand, say) → FAILED, never retried."""
+    message = _("The job's stored data cannot be read, so it was failed instead of run.")
+    for job in Job.objects.filter(pk__in=job_ids, status=JobStatus.READY):
+        if Job.objects.filter(pk=job.pk, status=JobStatus.READY).update(
+            status=JobStatus.FAILED, finished_at=Now(), error=message, error_code=code,
+            blocked_key=None,
+        ):
+            _finished(job, JobStatus.FAILED, error=message, error_code=code)
 
 
 def unpark_stranded():

@@ -4,6 +4,8 @@ import json
 
 from django.db import connection
 
+from jobs import bounds
+
 
 def is_postgres():
     return connection.vendor == "postgresql"
@@ -52,7 +54,11 @@ def running_counts(keys):
     keys = sorted(set(keys))
     if is_postgres():
         sql = (
-            "SELECT k, count(*) FROM jobs_job j, jsonb_array_elements_text(j.concurrency_keys) k "
+            # The type test first: one hand-edited row that is no array would make
+            # the function fail every claim.
+            "SELECT k, count(*) FROM jobs_job j, jsonb_array_elements_text("
+            "CASE WHEN jsonb_typeof(j.concurrency_keys) = 'array' THEN j.concurrency_keys "
+            "ELSE '[]'::jsonb END) k "
             "WHERE j.status = 'RUNNING' AND k = ANY(%s) GROUP BY k"
         )
         params = [keys]
@@ -86,7 +92,10 @@ def lock_limits(keys):
             f'SELECT key, "limit" FROM jobs_concurrencylimit WHERE key IN ({marks}) ORDER BY key{lock}',
             keys,
         )
-        return dict(cursor.fetchall())
+        # A row edited by hand may hold anything: read it as the nearest sane limit.
+        return {key: bounds.sane(limit, low=0, high=bounds.LIMIT_MAX, default=1,
+                                 what=f"the limit of key {key!r}")
+                for key, limit in cursor.fetchall()}
 
 
 def complete_batch(rows):

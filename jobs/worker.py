@@ -154,12 +154,16 @@ class Worker:
             log.warning("claim failed (%s); retrying", exc.__class__.__name__)
             self.reset_connection()
             return None
+        except Exception:  # noqa: BLE001 - a worker never dies of data: log, back off, go on
+            log.exception("claim failed; retrying after a poll interval")
+            self.reset_connection()
+            return None
         cv_jobs = []
         for job in jobs:
             if registry.get(job.kind).policy.mode == "redis":
                 cv_jobs.append(job)
             else:
-                self.start(job)
+                self.start_or_fail(job)
         if cv_jobs:
             # Publishing frees their slots at once; the monitor watches them from here.
             self.cv_monitor().adopt(cv_jobs)
@@ -189,6 +193,18 @@ class Worker:
             return False
 
     # --- one job ----------------------------------------------------------
+
+    def start_or_fail(self, job):
+        """Start a claimed job; one that cannot even start (its payload is not what its
+        kind's policy reads, say) fails at once instead of taking the main loop down."""
+        try:
+            self.start(job)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("job %s could not start; failing it", job.pk)
+            with self.lock:
+                self.running.pop(job.pk, None)
+            execution.guarded(services.fail, job, error=f"{type(exc).__name__}: {exc}",
+                              code="unstartable", retry=False, exc=exc)
 
     def start(self, job):
         policy = registry.get(job.kind).policy

@@ -34,10 +34,10 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "core",  # before staticfiles: its runserver guards the development static handler
     "django.contrib.staticfiles",
     "django_htmx",
     "django_q",
-    "core",
     "jobs",
     "downloads",
     "insights",
@@ -46,6 +46,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "core.middleware.RefuseMalformedMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -11,12 +11,14 @@ import hashlib
 import uuid
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from downloads.models import Format
+from subscriptions import conf
 
 
 def digest(url):
@@ -52,7 +54,9 @@ class Subscription(models.Model):
     url = models.TextField(_("address"))  # normalised by downloads.addresses
     url_digest = models.CharField(max_length=64, editable=False)
     format = models.CharField(_("format"), max_length=10, choices=Format)
-    interval_s = models.PositiveIntegerField(_("interval (s)"))
+    # The bounds are settings, read when a value is validated.
+    interval_s = models.PositiveIntegerField(_("interval (s)"), validators=[
+        MinValueValidator(conf.min_interval_s), MaxValueValidator(conf.max_interval_s)])
     paused = models.BooleanField(_("paused"), default=False)
     created_at = models.DateTimeField(_("created"), default=timezone.now)
     # Moved forward by whoever enqueues the check (scheduled.check_due, check_now), in the

@@ -75,7 +75,7 @@ def databases(var_dir, paths):
         found.append(Database("postgres", postgres_url, paths or ["tests"], "", 0))
     found.append(Database(
         "sqlite", f"sqlite:///{var_dir / 'sqlite' / 'haulage.sqlite3'}",
-        paths or ["tests/integration", "tests/acceptance", "tests/chaos"],
+        paths or ["tests/integration", "tests/acceptance", "tests/chaos", "tests/fuzz"],
         "not postgres and not dbless and not once", 8,
     ))
     return found

@@ -59,9 +59,10 @@ def test_createapitoken_prints_a_token_that_authenticates(live_server, django_us
     assert result.returncode == 0, result.stderr
     token = result.stdout.strip()
     assert token.startswith("hlg_")
-    ok = httpx.get(f"{live_server.url}/", headers={"Authorization": f"Bearer {token}"})
+    ok = httpx.get(f"{live_server.url}/api/downloads/", headers={"Authorization": f"Bearer {token}"})
     assert ok.status_code == 200
-    bad = httpx.get(f"{live_server.url}/", headers={"Authorization": f"Bearer {token}x"})
+    bad = httpx.get(f"{live_server.url}/api/downloads/",
+                    headers={"Authorization": f"Bearer {token}x"})
     assert bad.status_code == 401
     missing = manage("createapitoken", "nobody", env=env)
     assert missing.returncode != 0 and "No user named 'nobody'" in missing.stderr

@@ -157,6 +157,19 @@ class TestFile:
         assert response.status_code == 416
         assert response["Content-Range"] == "bytes */1000"
 
+    @pytest.mark.parametrize(("header", "status", "content_range"), [
+        ("bytes=" + "9" * 5000 + "-", 416, "bytes */1000"),  # past Python's int-string limit
+        ("bytes=0-" + "9" * 5000, 206, "bytes 0-999/1000"),
+        ("bytes=-" + "9" * 5000, 206, "bytes 0-999/1000"),
+        ("bytes=" + "0" * 5000 + "1-1", 206, "bytes 1-1/1000"),
+        ("bytes=²-", 200, None),  # not an ASCII digit: no range at all
+    ])
+    def test_a_range_of_thousands_of_digits_or_other_digits_is_answered(
+            self, alice_client, ready, header, status, content_range):
+        response = self.get(alice_client, ready, HTTP_RANGE=header)
+        assert response.status_code == status
+        assert response.get("Content-Range") == content_range
+
     def test_several_ranges_or_a_stale_if_range_get_the_whole_file(self, alice_client, ready):
         assert self.get(alice_client, ready, HTTP_RANGE="bytes=0-1,5-6").status_code == 200
         etag = self.get(alice_client, ready)["ETag"]

@@ -106,7 +106,7 @@ class TestApiTokens:
 
     @pytest.mark.parametrize("header", ["Bearer nope", "Bearer ", "Bearer hlg_" + "x" * 43])
     def test_wrong_token_is_401(self, client, db, header):
-        response = client.get("/", HTTP_AUTHORIZATION=header)
+        response = client.get("/api/downloads/", HTTP_AUTHORIZATION=header)
         assert response.status_code == 401
         assert response.json()["error_code"] == "unauthorized"
 
@@ -116,5 +116,5 @@ class TestApiTokens:
         token, raw = ApiToken.issue(user=user)
         token.revoked_at = timezone.now()
         token.save()
-        response = alice_client.get("/", HTTP_AUTHORIZATION=f"Bearer {raw}")
+        response = alice_client.get("/api/downloads/", HTTP_AUTHORIZATION=f"Bearer {raw}")
         assert response.status_code == 401

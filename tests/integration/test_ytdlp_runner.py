@@ -266,6 +266,17 @@ def test_redirect_to_a_disallowed_server_is_blocked_before_it_connects(
     assert egress.installed() == []  # the guard left with the download
 
 
+@pytest.mark.parametrize("target", ["gopher://127.0.0.1:70/_x", "dict://127.0.0.1:11211/stat",
+                                    "rtsp://127.0.0.1:554/x", "file:///etc/passwd"])
+def test_a_redirect_to_another_scheme_is_refused_for_good_not_retried(origin, policy, staging,
+                                                                      target):
+    url = origin.add_redirect("/go", target)
+    with pytest.raises(UnsupportedURL) as caught:
+        download(url, staging, policy)
+    assert caught.value.code == "unsupported_url"
+    assert not staging.exists()
+
+
 def test_progress_callbacks_reach_their_own_services_while_guarded(
         origin, elsewhere, policy, staging):
     """on_progress and should_stop are the caller's code: their connections are not egress."""
