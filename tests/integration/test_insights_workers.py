@@ -15,6 +15,7 @@ from jobs.models import Job, JobStatus
 from tests.gateway import FakeGateway, Reply
 from tests.integration.test_insights import make_asset
 from tests.servers import database_url
+from tests.waiting import PATIENCE
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"JOBS_LEASE_SECONDS": "5", "JOBS_HEARTBEAT_SECONDS": "1", "JOBS_RESCUE_INTERVAL_SECONDS": "1",
@@ -44,6 +45,7 @@ def spawn_worker(transactional_db, tmp_path):
         proc.wait(10)
 
 
+@pytest.mark.serial  # two workers racing for one gateway slot, timed by the gateway's log
 def test_two_worker_processes_never_call_the_gateway_twice_at_once(spawn_worker, user):
     with FakeGateway() as gateway:
         gateway.default = Reply(delay_s=0.4)  # slow enough that a second call would overlap
@@ -56,7 +58,7 @@ def test_two_worker_processes_never_call_the_gateway_twice_at_once(spawn_worker,
         workers = [spawn_worker("--queues", conf.QUEUE, "--concurrency", "3", "--burst",
                                 "--worker-id", f"w{i}", env=env) for i in range(2)]
         for proc in workers:
-            assert proc.wait(60) == 0, proc.output()
+            assert proc.wait(60 * PATIENCE) == 0, proc.output()
 
     assert len(gateway.completed()) == 6
     assert gateway.max_in_flight == 1

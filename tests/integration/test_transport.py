@@ -292,6 +292,7 @@ def test_live_workers_and_queue_lengths(channel, workers, redis_url, media):
     assert channel.queue_lengths(["noop", "fail"]) == {"noop": 3, "fail": 0}
 
 
+@pytest.mark.serial  # its CV worker's heartbeat thread must not outlive the test on a busy machine
 def test_the_reaper_returns_only_dead_workers_jobs_to_the_head_of_the_queue(channel):
     for n in range(4):
         channel.publish("noop", f"r{n}", 1, {})
