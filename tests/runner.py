@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,6 +143,24 @@ def serial_phase(chosen, user_marks, rest, var_dir):
         database.codes.append(subprocess.call(command, cwd=ROOT, env=environment(database, var_dir)))
 
 
+def failures(var_dir, database):
+    """The failed or erroring tests of both phases, read back from the JUnit reports."""
+    found = []
+    for report in sorted((var_dir / "reports").glob(f"{database.name}-*.xml")):
+        try:
+            cases = ET.parse(report).iter("testcase")
+        except ET.ParseError:
+            found.append(f"{report.name}: unreadable report")
+            continue
+        for case in cases:
+            for bad in case:
+                if bad.tag in ("failure", "error"):
+                    message = (bad.get("message") or "").splitlines()[:1]
+                    found.append(f"{case.get('classname')}::{case.get('name')}"
+                                 f" ({bad.tag}){': ' + message[0][:200] if message else ''}")
+    return found
+
+
 def verdict(database):
     """0 when every phase passed and at least one ran a test; otherwise a failing exit code."""
     ran = [code for code in database.codes if code != NO_TESTS_COLLECTED]
@@ -174,6 +193,9 @@ def main(argv):
             print(f"=== {database.name}: no test was collected: that is a failure here.")
         elif code:
             print(f"=== {database.name}: FAILED (exit codes {database.codes})")
+            # Repeated last, where a CI log's tail shows it.
+            for line in failures(var_dir, database):
+                print(f"===   {line}")
         status = max(status, code)
     return status
 

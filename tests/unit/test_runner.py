@@ -1,0 +1,38 @@
+"""The test runner's own rules: which arguments go where, when a run fails."""
+
+from tests import runner
+
+
+def test_path_arguments_replace_the_layers_and_the_rest_go_to_pytest():
+    wanted, marks, paths, rest = runner.split_arguments(
+        ["--db", "sqlite", "-m", "slow", "tests/unit", "-x", "-k", "name"])
+    assert (wanted, marks, paths) == ("sqlite", "slow", ["tests/unit"])
+    assert rest == ["-x", "-k", "name"]
+
+
+def test_a_database_that_collected_nothing_in_either_phase_fails():
+    nothing = runner.Database("sqlite", "", [], "", 8, codes=[5, 5])
+    some = runner.Database("sqlite", "", [], "", 8, codes=[0, 5])
+    assert runner.verdict(nothing) == runner.NO_TESTS_COLLECTED
+    assert runner.verdict(some) == 0
+
+
+def test_failures_are_read_back_from_both_phases_reports(tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "sqlite-parallel.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.a" name="test_ok"/>'
+        '<testcase classname="tests.a" name="test_bad">'
+        '<failure message="assert 1 == 2&#10;more">trace</failure></testcase>'
+        '</testsuite></testsuites>')
+    (reports / "sqlite-serial.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.b" name="test_setup">'
+        '<error message="">trace</error></testcase></testsuite></testsuites>')
+    (reports / "postgres-serial.xml").write_text("<not xml")
+    database = runner.Database("sqlite", "", [], "", 8)
+    assert runner.failures(tmp_path, database) == [
+        "tests.a::test_bad (failure): assert 1 == 2",
+        "tests.b::test_setup (error)",
+    ]
+    assert runner.failures(tmp_path, runner.Database("postgres", "", [], "", 0)) == [
+        "postgres-serial.xml: unreadable report"]
