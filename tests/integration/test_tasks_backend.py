@@ -61,6 +61,39 @@ def test_a_failing_task_records_the_exception_and_retries_append_worker_ids(run_
         fetched.return_value  # noqa: B018
 
 
+@pytest.mark.parametrize(("failing", "exception", "last_line"), [
+    (tasks.exits, SystemExit, "SystemExit: 3\n"),
+    (tasks.interrupts, KeyboardInterrupt, "KeyboardInterrupt: interrupted by the task itself\n"),
+], ids=["sys.exit", "KeyboardInterrupt"])
+def test_a_task_raising_a_base_exception_fails_with_its_traceback_and_its_executor_goes_on(
+        run_worker, failing, exception, last_line):
+    failed = failing.enqueue()
+    after = tasks.add.enqueue(2, 3)
+    # One slot: the job behind it runs only if the first one's attempt ended
+    # and gave its slot back; one executor thread for both shows it survived.
+    worker = run_worker(concurrency=1)
+    result = default_task_backend.get_result(failed.id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class is exception
+    assert result.errors[-1].traceback.endswith(last_line), result.errors[-1].traceback
+    job = Job.objects.get(public_id=failed.id)
+    assert (job.worker_id, job.lease_token, job.lease_expires_at) == (None, None, None)
+    assert tasks.add.get_result(after.id).return_value == 5
+    assert len(worker.executors) == 1
+
+
+def test_a_sys_exit_spends_an_attempt_and_is_retried_like_any_exception(run_worker):
+    result = tasks.exits_on_the_first_attempt.enqueue()
+    run_worker()
+    job = Job.objects.get(public_id=result.id)
+    assert (job.status, job.attempts, job.error) == (JobStatus.READY, 1, "SystemExit: the first attempt exits")
+    Job.objects.filter(pk=job.pk).update(run_after=job.enqueued_at)  # skip the backoff
+    run_worker()
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.return_value == 2
+    assert [error.exception_class for error in fetched.errors] == [SystemExit]
+
+
 def test_context_carries_the_attempt_number(run_worker):
     result = tasks.which_attempt.using(priority=1).enqueue(fail_until=2)
     job = Job.objects.get(public_id=result.id)
