@@ -30,7 +30,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from jobs import payloads, registry, services, signals
-from jobs.exceptions import InvalidPayload
+from jobs.exceptions import InvalidPayload, InvalidTaskArguments
 from jobs.models import Job, JobStatus
 
 KIND = "django.task"
@@ -84,11 +84,7 @@ class HaulageBackend(BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs):
         self.validate_task(task)
-        arguments = {"args": list(args), "kwargs": dict(kwargs)}
-        try:
-            payloads.validate(arguments)
-        except InvalidPayload as exc:
-            raise InvalidTask(f"Task arguments must be JSON: {exc}") from None
+        arguments = _arguments(args, kwargs)
         options = dict(getattr(task, "job_options", ()))
         payload = {"task": task.module_path, "takes_context": task.takes_context, **arguments}
         if getattr(task, "timeout", None):
@@ -129,6 +125,24 @@ class HaulageBackend(BaseTaskBackend):
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         return to_task_result(job, backend=self.alias)
+
+
+def _arguments(args, kwargs):
+    """The task's arguments as the payload stores them; nothing is written when they cannot be."""
+    arguments = {"args": list(args), "kwargs": dict(kwargs)}
+    try:
+        # As Django's TaskResult normalises them (tuples become lists, bytes
+        # text), so a type Django refuses is refused here in its words.
+        arguments = normalize_json(arguments)
+    except RecursionError:
+        pass  # nested past Python's stack: the depth check below says so without recursing
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskArguments(f"Task arguments must be JSON: {exc}") from None
+    try:
+        payloads.validate(arguments)
+    except InvalidPayload as exc:
+        raise InvalidTaskArguments(f"Task arguments must be JSON: {exc}") from None
+    return arguments
 
 
 def _load_task(path):

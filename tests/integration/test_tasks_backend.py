@@ -1,11 +1,15 @@
 """Django's Tasks API, run by Haulage workers."""
 
+from datetime import datetime
+
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 
+from jobs.exceptions import InvalidPayload
 from jobs.models import ConcurrencyLimit, Job, JobStatus
 from tests import tasks
 
@@ -133,10 +137,22 @@ def test_unknown_and_malformed_ids_do_not_exist():
 
 
 def test_arguments_must_be_json_and_nothing_is_written():
-    with pytest.raises(InvalidTask, match="JSON"):
-        tasks.add.enqueue(object(), 1)
-    with pytest.raises(InvalidTask, match="JSON"):
+    # Django documents TypeError and words it "Unsupported type"; ours adds the sentence.
+    with pytest.raises(TypeError, match="Unsupported type") as raised:
+        tasks.add.enqueue(datetime.now(), 1)
+    assert str(raised.value).startswith("Task arguments must be JSON: ")
+    # What callers caught before still catches it.
+    assert isinstance(raised.value, InvalidTask) and isinstance(raised.value, InvalidPayload)
+    with pytest.raises(TypeError, match="JSON"):
         tasks.add.enqueue(float("nan"), 1)
+    with pytest.raises(TypeError, match="JSON"):
+        tasks.add.enqueue(1, b=[{1: "keys must be strings"}])
+    assert not Job.objects.exists()
+
+
+def test_aenqueue_raises_the_same_type_error_and_writes_nothing():
+    with pytest.raises(TypeError, match="Unsupported type"):
+        async_to_sync(tasks.add.aenqueue)(object(), 1)
     assert not Job.objects.exists()
 
 
