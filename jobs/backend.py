@@ -171,7 +171,9 @@ def to_task_result(job, *, task=None, backend="default"):
         id=str(job.public_id),
         status=STATUS_MAP[job.status],
         enqueued_at=job.enqueued_at,
-        started_at=job.started_at,
+        # Django's started_at is the first attempt's start (older rows have
+        # only the latest); last_attempted_at is the latest one's.
+        started_at=job.first_started_at or job.started_at,
         finished_at=job.finished_at,
         last_attempted_at=job.started_at,
         args=job.payload.get("args", []),

@@ -78,12 +78,17 @@ def claim(worker, *, queues, kinds, limit):
                          lease_s=conf.JOBS_LEASE_SECONDS)
         if gapped:
             Queue.objects.filter(name__in=gapped).update(last_started_at=Now())
+    # The rows hold the database's clock; this copy, which the attempt's
+    # TaskResult is built from, is this process's, close enough.
+    started = timezone.now()
     for job in chosen:
         job.status = JobStatus.RUNNING
         job.worker = worker
         job.lease_token = token
         job.attempts += 1
         job.worker_ids = [*job.worker_ids, worker.name]
+        job.first_started_at = job.first_started_at or job.started_at or started
+        job.started_at = started
     return chosen
 
 

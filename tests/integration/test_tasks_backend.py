@@ -1,6 +1,6 @@
 """Django's Tasks API, run by Haulage workers."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -8,6 +8,7 @@ from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
 
 from jobs.exceptions import InvalidPayload
 from jobs.models import ConcurrencyLimit, Job, JobStatus
@@ -96,6 +97,33 @@ def test_a_sys_exit_spends_an_attempt_and_is_retried_like_any_exception(run_work
     fetched = default_task_backend.get_result(result.id)
     assert fetched.return_value == 2
     assert [error.exception_class for error in fetched.errors] == [SystemExit]
+
+
+def test_started_at_is_the_first_attempts_start_and_last_attempted_at_the_latest(run_worker):
+    result = tasks.which_attempt.enqueue(fail_until=2)
+    job = Job.objects.get(public_id=result.id)
+    Job.objects.filter(pk=job.pk).update(max_attempts=2)
+    run_worker()
+    first_start = Job.objects.get(pk=job.pk).started_at
+    Job.objects.filter(pk=job.pk).update(run_after=job.enqueued_at)
+    run_worker()
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL
+    assert fetched.started_at == first_start
+    assert fetched.last_attempted_at == Job.objects.get(pk=job.pk).started_at
+    assert fetched.started_at < fetched.last_attempted_at <= fetched.finished_at
+
+
+def test_a_job_attempted_before_first_starts_were_recorded_keeps_that_start(run_worker):
+    result = tasks.add.enqueue(1, 1)
+    earlier = timezone.now() - timedelta(hours=1)
+    # As a row written before the column existed: attempted once, no first start.
+    Job.objects.filter(public_id=result.id).update(started_at=earlier, first_started_at=None,
+                                                   attempts=1, max_attempts=2)
+    run_worker()
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL
+    assert fetched.started_at == earlier < fetched.last_attempted_at
 
 
 def test_context_carries_the_attempt_number(run_worker):
