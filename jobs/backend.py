@@ -10,6 +10,10 @@ public id. State mapping (also in docs/lifecycle.md):
     READY, PAUSED -> READY      RUNNING -> RUNNING      SUCCESSFUL -> SUCCESSFUL
     FAILED -> FAILED            CANCELLED -> FAILED, with a JobCancelled error
 
+`started_at` is the first attempt's start, `last_attempted_at` the latest
+one's. Arguments that cannot be stored as JSON raise TypeError at enqueue
+(`jobs.exceptions.InvalidTaskArguments`), and nothing is written.
+
 Haulage's extras go through `@task(...)`: `max_attempts`, `unique` (one live
 job per function and arguments), `timeout` (seconds) and `concurrency_limit`
 (running at once across the deployment); per call, `task.with_job_options(
