@@ -10,6 +10,10 @@ public id. State mapping (also in docs/lifecycle.md):
     READY, PAUSED -> READY      RUNNING -> RUNNING      SUCCESSFUL -> SUCCESSFUL
     FAILED -> FAILED            CANCELLED -> FAILED, with a JobCancelled error
 
+`started_at` is the first attempt's start, `last_attempted_at` the latest
+one's. Arguments that cannot be stored as JSON raise TypeError at enqueue
+(`jobs.exceptions.InvalidTaskArguments`), and nothing is written.
+
 Haulage's extras go through `@task(...)`: `max_attempts`, `unique` (one live
 job per function and arguments), `timeout` (seconds) and `concurrency_limit`
 (running at once across the deployment); per call, `task.with_job_options(
@@ -30,7 +34,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from jobs import payloads, registry, services, signals
-from jobs.exceptions import InvalidPayload
+from jobs.exceptions import InvalidPayload, InvalidTaskArguments
 from jobs.models import Job, JobStatus
 
 KIND = "django.task"
@@ -84,11 +88,7 @@ class HaulageBackend(BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs):
         self.validate_task(task)
-        arguments = {"args": list(args), "kwargs": dict(kwargs)}
-        try:
-            payloads.validate(arguments)
-        except InvalidPayload as exc:
-            raise InvalidTask(f"Task arguments must be JSON: {exc}") from None
+        arguments = _arguments(args, kwargs)
         options = dict(getattr(task, "job_options", ()))
         payload = {"task": task.module_path, "takes_context": task.takes_context, **arguments}
         if getattr(task, "timeout", None):
@@ -131,6 +131,24 @@ class HaulageBackend(BaseTaskBackend):
         return to_task_result(job, backend=self.alias)
 
 
+def _arguments(args, kwargs):
+    """The task's arguments as the payload stores them; nothing is written when they cannot be."""
+    arguments = {"args": list(args), "kwargs": dict(kwargs)}
+    try:
+        # As Django's TaskResult normalises them (tuples become lists, bytes
+        # text), so a type Django refuses is refused here in its words.
+        arguments = normalize_json(arguments)
+    except RecursionError:
+        pass  # nested past Python's stack: the depth check below says so without recursing
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskArguments(f"Task arguments must be JSON: {exc}") from None
+    try:
+        payloads.validate(arguments)
+    except InvalidPayload as exc:
+        raise InvalidTaskArguments(f"Task arguments must be JSON: {exc}") from None
+    return arguments
+
+
 def _load_task(path):
     try:
         task = import_string(path)
@@ -157,7 +175,9 @@ def to_task_result(job, *, task=None, backend="default"):
         id=str(job.public_id),
         status=STATUS_MAP[job.status],
         enqueued_at=job.enqueued_at,
-        started_at=job.started_at,
+        # Django's started_at is the first attempt's start (older rows have
+        # only the latest); last_attempted_at is the latest one's.
+        started_at=job.first_started_at or job.started_at,
         finished_at=job.finished_at,
         last_attempted_at=job.started_at,
         args=job.payload.get("args", []),

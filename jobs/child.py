@@ -5,6 +5,7 @@ was given, so it can only write while it still holds the job's lease. If its
 parent worker dies, jobs/childside.py stops this whole process group.
 """
 
+import signal
 import sys
 
 
@@ -26,7 +27,19 @@ def main():
         return  # the lease moved on before we started: nothing is ours to do
     ctx = JobContext(job, worker_id=job.worker_ids[-1] if job.worker_ids else "")
     outcome, value = execution.run_handler(job, ctx)
+    if outcome == "error" and not isinstance(value, Exception) and _job_handles_sigterm():
+        # The job's own SIGTERM handler may have turned its supervisor's stop
+        # (a cancel, a shutdown, a stall) into this SystemExit: recording it as
+        # a failure would beat the supervisor to the job. Exit with it instead;
+        # the supervisor records why it stopped the job, or that the child
+        # exited without a result.
+        raise value
     execution.settle(job, ctx, outcome, value)
+
+
+def _job_handles_sigterm():
+    """Whether the job installed a Python handler for SIGTERM (by default it kills, raising nothing)."""
+    return callable(signal.getsignal(signal.SIGTERM))
 
 
 if __name__ == "__main__":

@@ -78,12 +78,17 @@ def claim(worker, *, queues, kinds, limit):
                          lease_s=conf.JOBS_LEASE_SECONDS)
         if gapped:
             Queue.objects.filter(name__in=gapped).update(last_started_at=Now())
+    # The rows hold the database's clock; this copy, which the attempt's
+    # TaskResult is built from, is this process's, close enough.
+    started = timezone.now()
     for job in chosen:
         job.status = JobStatus.RUNNING
         job.worker = worker
         job.lease_token = token
         job.attempts += 1
         job.worker_ids = [*job.worker_ids, worker.name]
+        job.first_started_at = job.first_started_at or job.started_at or started
+        job.started_at = started
     return chosen
 
 
@@ -248,8 +253,20 @@ def _readable_keys(keys):
 
 
 def claimable_exists(*, queues, kinds):
-    """Whether any job is claimable now (for `--burst`); ignores keys and global limits."""
-    return Job.objects.filter(
+    """Whether any job is claimable now (for `--burst`); ignores keys and global limits.
+
+    On PostgreSQL it skips the rows other transactions hold locked, as the
+    claim does: a READY row held by a transaction left open (a claim in
+    flight, a staff edit) is one this worker cannot take, and waiting for it
+    would keep `--burst` from ever exiting. The lock it takes itself lasts
+    this short transaction, as long as a claim's.
+    """
+    ready = Job.objects.filter(
         Q(status=JobStatus.READY, blocked_key__isnull=True, queue__in=queues, kind__in=kinds,
           run_after__lte=Now())
-    ).exists()
+    )
+    if not sql.is_postgres():
+        # No row locks to skip, and a transaction would be IMMEDIATE: the write lock for a read.
+        return ready.exists()
+    with transaction.atomic():
+        return bool(list(ready.select_for_update(skip_locked=True).values_list("pk", flat=True)[:1]))

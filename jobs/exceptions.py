@@ -1,5 +1,7 @@
 """One class per failure of the engine, each with the sentence a caller needs."""
 
+from django.tasks.exceptions import InvalidTask
+
 
 class JobError(Exception):
     """Base class of the engine's errors."""
@@ -11,6 +13,14 @@ class UnknownKind(JobError):
 
 class InvalidPayload(JobError, ValueError):
     """The payload cannot be stored: it must be JSON-serialisable, finite, without NUL characters, and small."""
+
+
+class InvalidTaskArguments(InvalidPayload, InvalidTask, TypeError):
+    """A `@task`'s arguments cannot be stored: pass JSON values (str, int, float, bool, None, lists, dicts)."""
+
+    # TypeError is what Django documents for enqueue() and aenqueue(); the
+    # other bases keep working the callers that caught what this backend
+    # raised before (InvalidTask) or what the engine raises for a payload.
 
 
 class InvalidPriority(JobError, ValueError):

@@ -26,7 +26,14 @@ def run_handler(job, ctx):
         return "error", Fail(str(exc), code="unknown_kind")
     try:
         return "ok", spec.handler(ctx, job.payload)
-    except Exception as exc:  # noqa: BLE001 - every handler failure is recorded, never raised
+    except BaseException as exc:  # noqa: BLE001 - every handler failure is recorded, never raised
+        # BaseException too: a `sys.exit()` or a KeyboardInterrupt raised in a
+        # handler is that job failing, not the worker stopping. A worker's
+        # SIGTERM/SIGINT only set events (signals reach no executor thread),
+        # and a stop the engine asked for wins in settle() whatever the handler
+        # did. Let through, it would end the executor thread with the job still
+        # RUNNING under a lease the heartbeat renews for ever. (A child process
+        # is stopped by signals too: see jobs/child.py.)
         return "error", exc
 
 
@@ -60,7 +67,7 @@ def _record_failure(job, exc):
     elif isinstance(exc, Stopped):
         services.fail(job, error=str(exc) or _("The job stopped itself."), code="stopped", exc=exc)
     else:
-        message = f"{type(exc).__name__}: {exc}"
+        message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         services.fail(job, error=message, code="error", exc=exc)
 
 

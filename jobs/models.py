@@ -110,7 +110,9 @@ class Job(models.Model):
     errors = models.JSONField(default=list, blank=True)
 
     enqueued_at = models.DateTimeField(_("enqueued"), default=timezone.now)
-    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)  # the latest attempt
+    # The first attempt's start, kept through retries (Django's TaskResult.started_at).
+    first_started_at = models.DateTimeField(_("first started"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
 

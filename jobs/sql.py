@@ -34,6 +34,9 @@ def mark_running(ids, *, worker, token, lease_s):
         cursor.execute(
             f"UPDATE jobs_job SET status = 'RUNNING', worker_id = %s, lease_token = %s, "
             f"lease_expires_at = {expires}, attempts = attempts + 1, started_at = {now()}, "
+            # The right-hand started_at is the previous attempt's: a row attempted
+            # before first_started_at existed keeps the earliest start it knows.
+            f"first_started_at = COALESCE(first_started_at, started_at, {now()}), "
             f"updated_at = {now()}, stop_requested = '', blocked_key = NULL, "
             f"worker_ids = {append} WHERE id IN ({marks})",
             params,

@@ -246,7 +246,9 @@ class Worker:
                 entry.thread = threading.current_thread()
                 try:
                     target(entry)
-                except Exception:  # noqa: BLE001 - one bad job never kills an executor
+                except BaseException:  # noqa: BLE001 - one bad job never kills an executor
+                    # Released, so its lease is no longer renewed: the reaper
+                    # takes the job back once the lease runs out.
                     log.exception("job %s crashed its executor", entry.job.pk)
                     self.release(entry)
                 finally:

@@ -137,6 +137,27 @@ def proc_crash(ctx, payload):
     os._exit(payload.get("code", 3))
 
 
+@kind("tests.proc_exit", mode="process", max_attempts=1, options=PROCESS_OPTIONS)
+def proc_exit(ctx, payload):
+    """Calls sys.exit() in the child: a failure of the job, recorded with its traceback."""
+    import sys
+
+    sys.exit(payload.get("code", 4))
+
+
+@kind("tests.proc_exits_on_sigterm", mode="process", max_attempts=1, options=PROCESS_OPTIONS)
+def proc_exits_on_sigterm(ctx, payload):
+    """Turns SIGTERM into SystemExit, as many scripts do: a stop, not a failure of the job."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    _note(payload, f"start {ctx.job.pk} {os.getpid()} {os.getpgid(0)}")
+    while True:
+        ctx.progress(phase="waiting")
+        time.sleep(0.1)
+
+
 @kind("tests.proc_stubborn", mode="process", max_attempts=1, options=PROCESS_OPTIONS)
 def proc_stubborn(ctx, payload):
     """Ignores SIGTERM, and so does its grandchild: only KILL ends them."""

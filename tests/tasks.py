@@ -1,5 +1,7 @@
 """Django @task functions used by the Tasks backend tests."""
 
+import sys
+
 from django.tasks import task
 
 
@@ -47,3 +49,20 @@ def returns_a_set():
 @task(queue_name="default", concurrency_limit=1)
 def exclusive():
     return "ok"
+
+
+@task(max_attempts=1)
+def exits(code=3):
+    sys.exit(code)
+
+
+@task(max_attempts=1)
+def interrupts():
+    raise KeyboardInterrupt("interrupted by the task itself")
+
+
+@task(max_attempts=2, takes_context=True)
+def exits_on_the_first_attempt(context):
+    if context.attempt == 1:
+        sys.exit("the first attempt exits")
+    return context.attempt

@@ -74,6 +74,26 @@ def test_a_crash_is_recorded_with_its_exit_code(spawn_worker, tmp_path):
     assert "exit code 7" in row(job).error
 
 
+def test_a_child_calling_sys_exit_records_the_failure_with_its_traceback(spawn_worker):
+    job = services.enqueue("tests.proc_exit", {"code": 4})
+    worker = spawn_worker("--burst")
+    assert worker.wait(60) == 0, worker.output()  # a bound on a hang, not a speed target
+    failed = row(job)
+    assert (failed.status, failed.error, failed.error_code) == (JobStatus.FAILED, "SystemExit: 4", "error")
+    assert failed.errors[-1]["exception_class_path"] == "builtins.SystemExit"
+    assert "sys.exit(" in failed.errors[-1]["traceback"]
+
+
+def test_a_child_whose_sigterm_handler_exits_is_still_cancelled_not_failed(spawn_worker, tmp_path):
+    ledger = Ledger(tmp_path / "ledger")
+    job = services.enqueue("tests.proc_exits_on_sigterm", {"ledger": str(ledger.path)})
+    spawn_worker()
+    wait_for(lambda: ledger.events("start", job.pk))
+    services.cancel(row(job), reason="test")
+    wait_for(lambda: row(job).is_finished, timeout=15)
+    assert row(job).status == JobStatus.CANCELLED, row(job).error
+
+
 def test_cancel_kills_a_child_and_grandchild_that_ignore_sigterm(spawn_worker, tmp_path):
     ledger = Ledger(tmp_path / "ledger")
     job = services.enqueue("tests.proc_stubborn", {"ledger": str(ledger.path)})

@@ -6,9 +6,11 @@ import time
 
 import pytest
 from django.db import connection
+from django.tasks import TaskResultStatus, default_task_backend
 
 from jobs import services
 from jobs.models import Job, JobStatus, Worker
+from tests import tasks
 from tests.acceptance.conftest import RECOVERY_BOUND_S, Ledger, wait_for
 from tests.freezing import freeze
 
@@ -127,3 +129,19 @@ def test_the_worker_survives_a_bad_job_and_keeps_its_threads(spawn_worker):
     assert worker.poll() is None
     os.kill(worker.pid, signal.SIGTERM)
     assert worker.wait(20) == 0
+
+
+def test_a_task_calling_sys_exit_fails_with_its_traceback_and_burst_still_exits(spawn_worker):
+    exited = tasks.exits.enqueue(3)
+    after = tasks.add.enqueue(2, 3)
+    worker = spawn_worker("--burst", "--concurrency", "1")
+    # A bound on a hang, not a speed target: the worker used to renew the
+    # dead thread's lease and never exit.
+    assert worker.wait(60) == 0, worker.output()
+    result = default_task_backend.get_result(exited.id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class is SystemExit
+    assert "sys.exit(code)" in result.errors[-1].traceback
+    assert result.errors[-1].traceback.endswith("SystemExit: 3\n")
+    assert Job.objects.get(public_id=exited.id).lease_expires_at is None
+    assert tasks.add.get_result(after.id).return_value == 5

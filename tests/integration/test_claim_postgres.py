@@ -5,7 +5,7 @@ import pytest
 from django.db import connection, transaction
 
 from jobs import claiming, services
-from jobs.models import Job, Worker
+from jobs.models import Job, JobStatus, Worker
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -28,6 +28,21 @@ def test_a_row_locked_by_another_connection_is_skipped():
         conn.rollback()
     claimed = claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=2)
     assert [j.pk for j in claimed] == [first.pk]
+
+
+def test_burst_exits_past_a_ready_row_another_transaction_holds_locked(run_worker):
+    held = services.enqueue("tests.noop", {})
+    free = services.enqueue("tests.noop", {})
+    with other_connection() as conn:
+        # Held for as long as the test needs: the server would otherwise end
+        # this idle transaction (and free the row) after half a lease.
+        conn.execute("SET idle_in_transaction_session_timeout = 0")
+        conn.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE", [held.pk])
+        # Fails with "did not finish in time" if the worker waits for the lock.
+        run_worker(kinds=["tests.noop"])
+        conn.rollback()
+    assert Job.objects.get(pk=free.pk).status == JobStatus.SUCCESSFUL
+    assert Job.objects.get(pk=held.pk).status == JobStatus.READY  # left for a worker that can take it
 
 
 def test_the_claim_uses_the_partial_index_with_many_rows():

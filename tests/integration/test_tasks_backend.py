@@ -1,11 +1,16 @@
 """Django's Tasks API, run by Haulage workers."""
 
+from datetime import datetime, timedelta
+
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
 
+from jobs.exceptions import InvalidPayload
 from jobs.models import ConcurrencyLimit, Job, JobStatus
 from tests import tasks
 
@@ -61,6 +66,66 @@ def test_a_failing_task_records_the_exception_and_retries_append_worker_ids(run_
         fetched.return_value  # noqa: B018
 
 
+@pytest.mark.parametrize(("failing", "exception", "last_line"), [
+    (tasks.exits, SystemExit, "SystemExit: 3\n"),
+    (tasks.interrupts, KeyboardInterrupt, "KeyboardInterrupt: interrupted by the task itself\n"),
+], ids=["sys.exit", "KeyboardInterrupt"])
+def test_a_task_raising_a_base_exception_fails_with_its_traceback_and_its_executor_goes_on(
+        run_worker, failing, exception, last_line):
+    failed = failing.enqueue()
+    after = tasks.add.enqueue(2, 3)
+    # One slot: the job behind it runs only if the first one's attempt ended
+    # and gave its slot back; one executor thread for both shows it survived.
+    worker = run_worker(concurrency=1)
+    result = default_task_backend.get_result(failed.id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class is exception
+    assert result.errors[-1].traceback.endswith(last_line), result.errors[-1].traceback
+    job = Job.objects.get(public_id=failed.id)
+    assert (job.worker_id, job.lease_token, job.lease_expires_at) == (None, None, None)
+    assert tasks.add.get_result(after.id).return_value == 5
+    assert len(worker.executors) == 1
+
+
+def test_a_sys_exit_spends_an_attempt_and_is_retried_like_any_exception(run_worker):
+    result = tasks.exits_on_the_first_attempt.enqueue()
+    run_worker()
+    job = Job.objects.get(public_id=result.id)
+    assert (job.status, job.attempts, job.error) == (JobStatus.READY, 1, "SystemExit: the first attempt exits")
+    Job.objects.filter(pk=job.pk).update(run_after=job.enqueued_at)  # skip the backoff
+    run_worker()
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.return_value == 2
+    assert [error.exception_class for error in fetched.errors] == [SystemExit]
+
+
+def test_started_at_is_the_first_attempts_start_and_last_attempted_at_the_latest(run_worker):
+    result = tasks.which_attempt.enqueue(fail_until=2)
+    job = Job.objects.get(public_id=result.id)
+    Job.objects.filter(pk=job.pk).update(max_attempts=2)
+    run_worker()
+    first_start = Job.objects.get(pk=job.pk).started_at
+    Job.objects.filter(pk=job.pk).update(run_after=job.enqueued_at)
+    run_worker()
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL
+    assert fetched.started_at == first_start
+    assert fetched.last_attempted_at == Job.objects.get(pk=job.pk).started_at
+    assert fetched.started_at < fetched.last_attempted_at <= fetched.finished_at
+
+
+def test_a_job_attempted_before_first_starts_were_recorded_keeps_that_start(run_worker):
+    result = tasks.add.enqueue(1, 1)
+    earlier = timezone.now() - timedelta(hours=1)
+    # As a row written before the column existed: attempted once, no first start.
+    Job.objects.filter(public_id=result.id).update(started_at=earlier, first_started_at=None,
+                                                   attempts=1, max_attempts=2)
+    run_worker()
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.status == TaskResultStatus.SUCCESSFUL
+    assert fetched.started_at == earlier < fetched.last_attempted_at
+
+
 def test_context_carries_the_attempt_number(run_worker):
     result = tasks.which_attempt.using(priority=1).enqueue(fail_until=2)
     job = Job.objects.get(public_id=result.id)
@@ -100,10 +165,22 @@ def test_unknown_and_malformed_ids_do_not_exist():
 
 
 def test_arguments_must_be_json_and_nothing_is_written():
-    with pytest.raises(InvalidTask, match="JSON"):
-        tasks.add.enqueue(object(), 1)
-    with pytest.raises(InvalidTask, match="JSON"):
+    # Django documents TypeError and words it "Unsupported type"; ours adds the sentence.
+    with pytest.raises(TypeError, match="Unsupported type") as raised:
+        tasks.add.enqueue(datetime.now(), 1)
+    assert str(raised.value).startswith("Task arguments must be JSON: ")
+    # What callers caught before still catches it.
+    assert isinstance(raised.value, InvalidTask) and isinstance(raised.value, InvalidPayload)
+    with pytest.raises(TypeError, match="JSON"):
         tasks.add.enqueue(float("nan"), 1)
+    with pytest.raises(TypeError, match="JSON"):
+        tasks.add.enqueue(1, b=[{1: "keys must be strings"}])
+    assert not Job.objects.exists()
+
+
+def test_aenqueue_raises_the_same_type_error_and_writes_nothing():
+    with pytest.raises(TypeError, match="Unsupported type"):
+        async_to_sync(tasks.add.aenqueue)(object(), 1)
     assert not Job.objects.exists()
 
 
