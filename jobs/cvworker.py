@@ -368,7 +368,9 @@ class CVWorker:
         try:
             ctx.work_dir.mkdir(parents=True, exist_ok=True)
             result = _handlers[message.type].func(message.payload, ctx)
-        except Exception as exc:  # noqa: BLE001 - any handler failure is reported, not raised
+        except BaseException as exc:  # noqa: BLE001 - any handler failure is reported, not raised
+            # A sys.exit() in a handler is that job failing: let through, it
+            # would end this thread with the job left running.
             error = exc
         with ctx.lock:
             # Shutdown may have handed the job back while the handler ran on

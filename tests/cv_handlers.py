@@ -7,6 +7,7 @@ process can append to, so a test can count how often a job really ran.
 """
 
 import os
+import sys
 import time
 import uuid
 
@@ -62,6 +63,8 @@ def sleep_for(payload, ctx):
 
 @cv_handler("fail")
 def fail(payload, ctx):
+    if payload.get("exit"):
+        sys.exit(payload["exit"])
     if payload.get("coded"):
         raise BrokenClip("the clip is broken")
     raise ValueError(payload.get("message", "no good"))

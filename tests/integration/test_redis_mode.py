@@ -44,6 +44,17 @@ def test_a_failing_cv_job_fails_with_its_error(run_worker, local_mode):
     assert "bad clip" in job.error
 
 
+def test_a_cv_handler_calling_sys_exit_fails_its_job_and_the_worker_goes_on(run_worker, local_mode):
+    exits = services.enqueue("tests.cv_fail", {"exit": 3})
+    after = services.enqueue("tests.cv_progress", {"steps": 2})
+    run_worker(queues=["cv"], timeout=30)
+    exits.refresh_from_db()
+    after.refresh_from_db()
+    assert exits.status == JobStatus.FAILED
+    assert exits.error == "3"
+    assert after.status == JobStatus.SUCCESSFUL, after.error
+
+
 def test_real_redis_and_a_cv_worker_process(run_worker, settings, redis_url, cv_handlers, tmp_path):
     settings.REDIS_URL = redis_url
     redisconn._clients.clear()
