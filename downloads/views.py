@@ -123,15 +123,17 @@ def download_delete(request, download_id):
     return redirect("downloads:list")
 
 
+def _detail(request, download, edit_form, status=200):
+    return render(request, "downloads/detail.html", {
+        "state": selectors.download_state(download), "download": download,
+        "asset": download.asset, "edit_form": edit_form,
+        **shots.page_context(download, selected_index=request.GET.get("shot")),
+    }, status=status)
+
+
 @require_GET
 def download_detail(request, download_id):
-    download = _mine(request, download_id)
-    state = selectors.download_state(download)
-    return render(request, "downloads/detail.html", {
-        "state": state, "download": download, "asset": download.asset,
-        "edit_form": EditForm(),
-        **shots.page_context(download, selected_index=request.GET.get("shot")),
-    })
+    return _detail(request, _mine(request, download_id), EditForm())
 
 
 @require_POST
@@ -141,15 +143,16 @@ def download_edit(request, download_id):
     if form.is_valid():
         try:
             services.edit_submit(owner=request.user, source=download, edit=form.edit())
-        except (ValidationError, IllegalTransition, services.QueueFull) as exc:
-            messages.error(request, exc.messages[0] if isinstance(exc, ValidationError) else str(exc))
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        except (IllegalTransition, services.QueueFull) as exc:
+            messages.error(request, str(exc))
+            return redirect("downloads:detail", download_id=download.pk)
         else:
             messages.success(request, _("The edit is queued."))
             return redirect("downloads:list")
-    else:
-        for errors in form.errors.values():
-            messages.error(request, errors[0])
-    return redirect("downloads:detail", download_id=download.pk)
+    # A bad edit is the request's fault: 400, with the form and its errors shown again.
+    return _detail(request, download, form, status=400)
 
 
 @require_http_methods(["GET", "HEAD"])

@@ -128,3 +128,24 @@ def test_the_admins_queue_pages_fit_and_show_their_tables(live_server, page, lib
     assert "downloading" in page.inner_text(".job-progress")
     page.goto(f"{live_server.url}/admin/django_q/schedule/")
     assert "forever" in page.inner_text("#result_list")
+
+
+def test_a_refused_edit_is_said_on_the_video_page_and_the_page_still_fits(live_server, page, library,
+                                                                          log_in, screenshot):
+    page.set_viewport_size({"width": PHONE, "height": 844})
+    log_in(page, library["user"])
+    downloads = Download.objects.filter(owner=library["user"]).count()
+    visit(page, live_server, f"/downloads/{library['video'].pk}/")
+    form = page.locator("form.edit-form")
+    form.locator("select[name=op]").select_option("trim")
+    form.locator("input[name=start_s]").fill("12")
+    form.locator("input[name=end_s]").fill("3")
+    with page.expect_response(lambda r: r.url.endswith("/edit/")) as answer:
+        form.locator("button[type=submit]").click()
+    assert answer.value.status == 400
+    alert = page.locator("form.edit-form [role=alert]")
+    assert "end must come after the start" in alert.inner_text()
+    assert form.locator("input[name=start_s]").input_value() == "12"  # what was typed is kept
+    shot = screenshot(page, f"video-edit-refused-{PHONE}")
+    assert sideways_overflow(page) <= 0, f"the refused edit scrolls sideways ({shot})"
+    assert Download.objects.filter(owner=library["user"]).count() == downloads
