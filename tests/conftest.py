@@ -12,6 +12,32 @@ def is_postgres():
     return connection.vendor == "postgresql"
 
 
+# The fuzz layer's figures. Here, not in tests/fuzz/: under pytest-xdist only
+# the workers load that folder's conftest, and the summary is the controller's.
+def pytest_sessionfinish(session):
+    from tests.fuzz.harness import STATS
+
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand them to the controller
+        session.config.workeroutput["fuzz_stats"] = dict(STATS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    from tests.fuzz.harness import STATS
+
+    STATS.update(getattr(node, "workeroutput", {}).get("fuzz_stats", {}))
+
+
+def pytest_terminal_summary(terminalreporter):
+    from tests.fuzz.harness import STATS
+
+    if STATS["requests"]:
+        by_status = ", ".join(f"{k[7:]}: {v}" for k, v in sorted(STATS.items())
+                              if k.startswith("status "))
+        terminalreporter.write_line(
+            f"fuzz: {STATS['examples']} examples, {STATS['requests']} requests ({by_status})")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("postgres") and connection.vendor != "postgresql":

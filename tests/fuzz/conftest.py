@@ -6,16 +6,6 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
-from tests.fuzz.harness import STATS
-
-
-def pytest_terminal_summary(terminalreporter):
-    if STATS["requests"]:
-        by_status = ", ".join(f"{k[7:]}: {v}" for k, v in sorted(STATS.items())
-                              if k.startswith("status "))
-        terminalreporter.write_line(
-            f"fuzz: {STATS['examples']} examples, {STATS['requests']} requests ({by_status})")
-
 
 class World:
     """Everything the actors own, and the ids a path may name."""
