@@ -4,6 +4,7 @@ import threading
 import time
 
 from jobs import childside, conf, services
+from jobs.exceptions import Snooze
 
 
 class JobContext:
@@ -65,6 +66,14 @@ class JobContext:
         if self.stop_reason is None:
             self.stop_reason = reason
         self._stop.set()
+
+    def snooze(self, seconds, message=""):
+        """Stop here and run the job again `seconds` from now, without spending an attempt.
+
+        Raises `Snooze` (so nothing after this line runs); a bad number of
+        seconds raises ValueError, which fails this attempt.
+        """
+        raise Snooze(seconds, message)
 
     def wait(self, seconds):
         """Sleep that wakes early when the job should stop; returns should_stop()."""

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from jobs import conf, payloads, registry, signals, sql
-from jobs.exceptions import IllegalTransition, InvalidPriority
+from jobs.exceptions import IllegalTransition, InvalidPriority, snooze_seconds
 from jobs.models import (
     CLAIM_ORDER,
     FINISHED_STATUSES,
@@ -399,6 +399,40 @@ def requeue(job, *, reason, delay_s=0):
     return bool(changed)
 
 
+def snooze(job, *, delay_s, reason="", code="snoozed"):
+    """RUNNING → READY `delay_s` from now, giving the attempt back (the handler said "not now").
+
+    The JOBS_MAX_SNOOZES+1th snooze of a job fails it instead
+    (`snoozed_too_often`): an upstream that is never ready must not keep a
+    job alive for ever. A delay past JOBS_SNOOZE_MAX_SECONDS is cut to it; a
+    bad one (negative, NaN) is a ValueError before anything is written.
+    """
+    delay = min(snooze_seconds(delay_s), conf.JOBS_SNOOZE_MAX_SECONDS)
+    reason = str(reason) or _("Snoozed: asked to run again later.")
+    # `job.snoozes` was read at claim time; only the lease holder changes it.
+    if job.snoozes >= conf.JOBS_MAX_SNOOZES:
+        return fail(job, error=_("Asked to snooze again after %(n)d snoozes, the most a job may "
+                                 "take (JOBS_MAX_SNOOZES); given up.") % {"n": job.snoozes},
+                    code="snoozed_too_often", retry=False)
+    with transaction.atomic():
+        changed = _running(job.pk, job.lease_token).update(
+            status=JobStatus.READY,
+            attempts=F("attempts") - 1,
+            snoozes=F("snoozes") + 1,
+            run_after=Now() + timedelta(seconds=delay),
+            error=reason,
+            error_code=code,
+            **_end_lease(),
+        )
+        if changed:
+            JobEvent.objects.create(job_id=job.pk, kind=JobEvent.Kind.SNOOZED, reason=reason,
+                                    attempt=job.attempts - 1,
+                                    data={"code": code, "seconds": delay, "snoozes": job.snoozes + 1})
+            release_keys(job.concurrency_keys)
+            _notify(job.queue)
+    return bool(changed)
+
+
 def acknowledge_stop(job, *, reason=""):
     """A worker stopped a job whose cancel or pause was requested: RUNNING → CANCELLED / PAUSED."""
     current = Job.objects.filter(pk=job.pk).values_list("stop_requested", flat=True).first()
@@ -555,7 +589,7 @@ def retry(job, *, actor=None, reason=""):
         with transaction.atomic():
             changed = Job.objects.filter(
                 pk=job.pk, status__in=[JobStatus.FAILED, JobStatus.CANCELLED]
-            ).update(status=JobStatus.READY, attempts=0, run_after=Now(), finished_at=None,
+            ).update(status=JobStatus.READY, attempts=0, snoozes=0, run_after=Now(), finished_at=None,
                      error="", error_code="", progress=None, phase="", progress_message="")
             if not changed:
                 raise IllegalTransition(_("Only a failed or cancelled job can be retried."))
@@ -931,6 +965,7 @@ __all__ = [
     "complete_many",
     "fail",
     "requeue",
+    "snooze",
     "acknowledge_stop",
     "report_progress",
     "renew_leases",

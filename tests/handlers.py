@@ -36,6 +36,15 @@ def retry_later(ctx, payload):
     raise Retry("gateway busy", delay_s=payload.get("delay_s", 0), code="busy")
 
 
+@kind("tests.snooze", max_attempts=1)
+def snooze(ctx, payload):
+    """Snoozes `seconds` (a number, or a string turned into a float) until it has snoozed `times`."""
+    if ctx.job.snoozes < payload.get("times", 1):
+        seconds = payload.get("seconds", 0)
+        ctx.snooze(float(seconds) if isinstance(seconds, str) else seconds, "not yet")
+    return {"attempt": ctx.attempt, "snoozes": ctx.job.snoozes}
+
+
 @kind("tests.sleep_for", max_attempts=3)
 def sleep_for(ctx, payload):
     """Sleeps cooperatively: returns early (and the engine records why) when asked to stop."""

@@ -15,6 +15,7 @@ from insights.models import Insight, InsightKind
 from jobs import services as jobs
 from jobs.models import Job, JobStatus
 from tests.gateway import FakeGateway, Reply
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,7 +106,7 @@ def test_the_gap_between_generations_is_respected(user, gateway, run_worker):
     assert all(later - earlier >= 0.9 for earlier, later in zip(starts, starts[1:], strict=False))
 
 
-def test_a_429_is_retried_after_the_gateways_retry_after(user, gateway, run_worker):
+def test_a_429_snoozes_until_the_gateways_retry_after(user, gateway, run_worker):
     gateway.queue(Reply(status=429, headers={"Retry-After": "120"}, message="slow down"))
     insight = ask(user, make_asset(user, "Busy"))
     before = timezone.now()
@@ -113,12 +114,27 @@ def test_a_429_is_retried_after_the_gateways_retry_after(user, gateway, run_work
     after = timezone.now()
     job = job_of(insight)
     assert job.status == JobStatus.READY and job.error_code == "rate_limited"
-    assert job.attempts == 1
+    assert (job.attempts, job.snoozes) == (0, 1)  # a busy gateway spends none of the three
     slack = timedelta(seconds=1)
     assert before + timedelta(seconds=120) - slack <= job.run_after <= after + timedelta(seconds=120) + slack
     state = selectors.insight_state(Insight.objects.get(pk=insight.pk))
     assert (state.status, state.waiting_code) == ("ready", "scheduled")
     assert len(gateway.requests) == 1
+
+
+def test_a_busy_gateway_does_not_use_up_an_insights_attempts(user, gateway, run_worker, settings):
+    settings.INSIGHTS_MAX_ATTEMPTS = 1  # a 429 that spent an attempt would fail it
+    gateway.queue(Reply(status=429, headers={"Retry-After": "2"}, message="slow down"))
+    insight = ask(user, make_asset(user, "Busy then fine"))
+    run(run_worker)
+    assert job_of(insight).status == JobStatus.READY
+    assert wait_until(lambda: job_of(insight).run_after <= timezone.now(), timeout=10)
+    run(run_worker)
+    job = job_of(insight)
+    assert (job.status, job.attempts, job.snoozes) == (JobStatus.SUCCESSFUL, 1, 1)
+    assert Insight.objects.get(pk=insight.pk).text == "Generated text #2."
+    first, second = gateway.requests
+    assert second.started_at - first.started_at >= 1.9  # it waited what the gateway asked
 
 
 def test_a_400_fails_at_once_with_the_gateways_message(user, gateway, run_worker):
