@@ -808,7 +808,8 @@ def command_worker(worker, command, *, actor=None):
 
 
 def rescue_expired(limit=500):
-    """RUNNING jobs whose lease expired go back to READY, or FAILED when attempts are spent.
+    """RUNNING jobs whose lease expired go back to READY after the kind's backoff, or FAILED
+    when attempts are spent.
 
     Only an *expired* lease is taken: a live worker on another machine renews
     its leases, so its jobs are never touched. The attempt the dead worker
@@ -828,7 +829,11 @@ def rescue_expired(limit=500):
                 changed = guard.update(status=JobStatus.PAUSED, attempts=F("attempts") - 1,
                                        error_code="paused", **_end_lease())
             elif job.attempts < job.max_attempts:
-                changed = guard.update(status=JobStatus.READY, run_after=Now(), error=message,
+                # After the kind's backoff, as any failed attempt: a job that
+                # kills its worker would otherwise take down the next one at once.
+                delay = _policy(job.kind).backoff_s(job.attempts)
+                changed = guard.update(status=JobStatus.READY,
+                                       run_after=Now() + timedelta(seconds=delay), error=message,
                                        error_code="lease_expired", **_end_lease())
             else:
                 entry = _error_entry(job, message, "lease_expired", None)

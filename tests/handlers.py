@@ -45,6 +45,11 @@ def snooze(ctx, payload):
     return {"attempt": ctx.attempt, "snoozes": ctx.job.snoozes}
 
 
+@kind("tests.slow_backoff", max_attempts=3, backoff_base_s=600)
+def slow_backoff(ctx, payload):
+    ctx.wait(payload.get("seconds", 0))
+
+
 @kind("tests.sleep_for", max_attempts=3)
 def sleep_for(ctx, payload):
     """Sleeps cooperatively: returns early (and the engine records why) when asked to stop."""
@@ -83,7 +88,8 @@ def unique(ctx, payload):
     return payload
 
 
-@kind("tests.ledger", max_attempts=5)
+# No backoff: the recovery tests time how soon a rescued attempt runs again.
+@kind("tests.ledger", max_attempts=5, backoff_base_s=0)
 def ledger(ctx, payload):
     """Append start and commit lines to a ledger file, for recovery tests across processes.
 
