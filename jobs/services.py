@@ -134,7 +134,10 @@ def enqueue(kind, payload=None, *, supersede=False, **options):
     - unique key: at most one live job per key; enqueueing again returns it,
       promoted when asked at a higher priority (never demoted);
     - fingerprint: a finished job with the same key and fingerprint is
-      returned as it is; a new fingerprint queues a new run, attempts from 0;
+      returned as it is; a new fingerprint queues a new run, attempts from 0.
+      A live job not yet running takes a new fingerprint (a READY one with its
+      attempts reset); a RUNNING one keeps its own, so a request after it ends
+      queues a run on the new data;
     - supersede: READY jobs of this kind and owner for other keys are cancelled;
     - transactional: inside `transaction.atomic()` the job exists only if that commits.
     """
@@ -168,7 +171,7 @@ def _enqueue_one(job, supersede):
 
 
 def _insert_or_promote(job):
-    """INSERT the job, or raise the priority of the live job holding its key, in one statement.
+    """INSERT the job, or update the live job holding its key (priority, fingerprint), in one statement.
 
     The partial unique index arbitrates between two enqueuers racing on one
     key: exactly one row is inserted and the other caller gets that row. A
@@ -180,11 +183,23 @@ def _insert_or_promote(job):
     values = [f.get_db_prep_save(getattr(job, f.attname), connection) for f in fields]
     marks = ", ".join(["%s"] * len(fields))
     live = ", ".join(f"'{s}'" for s in LIVE_STATUSES)
+    # New data (another fingerprint) for a job not yet running: it will read
+    # that data when it runs, so it takes the fingerprint, and a READY one
+    # starts its attempts again (they were spent on the old data). A RUNNING
+    # job keeps its own: its attempt read the old data, and a request after it
+    # ends must still see a stale fingerprint to queue a fresh run. SET reads
+    # the row as it was, so every CASE sees the old fingerprint.
+    new_data = ("excluded.fingerprint <> '' AND excluded.fingerprint <> jobs_job.fingerprint "
+                "AND jobs_job.status <> 'RUNNING'")
     statement = (
         f"INSERT INTO jobs_job ({columns}) VALUES ({marks}) "
         f"ON CONFLICT (unique_key) WHERE status IN ({live}) DO UPDATE SET "
         "priority = CASE WHEN excluded.priority > jobs_job.priority "
-        "THEN excluded.priority ELSE jobs_job.priority END "
+        "THEN excluded.priority ELSE jobs_job.priority END, "
+        f"attempts = CASE WHEN {new_data} AND jobs_job.status = 'READY' "
+        "THEN 0 ELSE jobs_job.attempts END, "
+        f"fingerprint = CASE WHEN {new_data} THEN excluded.fingerprint "
+        "ELSE jobs_job.fingerprint END "
         "RETURNING id, public_id"
     )
     with connection.cursor() as cursor:
