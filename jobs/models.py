@@ -28,7 +28,8 @@ class JobStatus(models.TextChoices):
     RUNNING = "RUNNING", _("Running")
     # Held back by a person; never claimed. Out: resume (to READY), cancel.
     PAUSED = "PAUSED", _("Paused")
-    # Final states. Out: a manual retry, a new fingerprint, a cool-down re-arm.
+    # Final states. Out: a manual retry, a new fingerprint, a FAILED job asked
+    # for again after its kind's cool-down.
     SUCCESSFUL = "SUCCESSFUL", _("Successful")
     FAILED = "FAILED", _("Failed")
     CANCELLED = "CANCELLED", _("Cancelled")

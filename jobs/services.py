@@ -135,6 +135,8 @@ def enqueue(kind, payload=None, *, supersede=False, **options):
       promoted when asked at a higher priority (never demoted);
     - fingerprint: a finished job with the same key and fingerprint is
       returned as it is; a new fingerprint queues a new run, attempts from 0.
+      A FAILED one of a kind with a cool-down is returned while it cools
+      down and re-armed (READY, attempts from 0) when asked for after it;
       A live job not yet running takes a new fingerprint (a READY one with its
       attempts reset); a RUNNING one keeps its own, so a request after it ends
       queues a run on the new data;
@@ -158,16 +160,47 @@ def _enqueue_one(job, supersede):
         return job
     if supersede:
         _supersede(job)
-    if job.fingerprint:
+    cooldown_s = _policy(job.kind).cooldown_s
+    if job.fingerprint or cooldown_s:
         latest = Job.objects.filter(unique_key=job.unique_key).order_by("-id").first()
         if latest and latest.is_finished and latest.fingerprint == job.fingerprint:
-            return latest
+            if latest.status == JobStatus.FAILED and cooldown_s:
+                return _rearm_on_demand(latest, job, cooldown_s)
+            if job.fingerprint:
+                return latest
     job_id, inserted = _insert_or_promote(job)
     if inserted:
         _notify(job.queue)
         job.pk = job_id
         return job
     return Job.objects.get(pk=job_id)
+
+
+def _rearm_on_demand(failed, asked, cooldown_s):
+    """A given-up job asked for again: itself while it cools down, READY again (attempts 0) after.
+
+    Only a request re-arms it, never a sweep: a permanent failure nobody asks
+    about stays FAILED (and is pruned with the rest of the history), instead
+    of being re-run every cool-down for ever. The guarded UPDATE lets one of
+    two racing requests re-arm it; the other gets the row as that one left it.
+    """
+    if failed.finished_at and failed.finished_at > timezone.now() - timedelta(seconds=cooldown_s):
+        return failed
+    try:
+        with transaction.atomic():
+            if Job.objects.filter(pk=failed.pk, status=JobStatus.FAILED).update(
+                status=JobStatus.READY, attempts=0, snoozes=0, run_after=asked.run_after,
+                finished_at=None, priority=max(failed.priority, asked.priority),
+                error="", error_code="", progress=None, phase="", progress_message="",
+            ):
+                JobEvent.objects.create(job_id=failed.pk, kind=JobEvent.Kind.REARMED,
+                                        reason=_("Asked for again after its cool-down."),
+                                        data={"cooldown_s": cooldown_s})
+                _notify(failed.queue)
+    except IntegrityError:
+        pass  # a newer live job holds the key meanwhile: that one is the answer
+    return (Job.objects.filter(unique_key=failed.unique_key).order_by("-id").first()
+            or Job.objects.get(pk=failed.pk))
 
 
 def _insert_or_promote(job):
@@ -888,31 +921,6 @@ def _clean_up_after_dead_worker(job, reason):
         log.exception("cleanup after the rescue of job %s failed", job.pk)
 
 
-def rearm_after_cooldown():
-    """FAILED jobs of kinds with a cool-down are queued again, attempts reset, once it has passed."""
-    rearmed = []
-    for name in registry.names():
-        cooldown = registry.get(name).policy.cooldown_s
-        if not cooldown:
-            continue
-        due = Job.objects.filter(
-            kind=name, status=JobStatus.FAILED, finished_at__lt=Now() - timedelta(seconds=cooldown)
-        ).values_list("pk", "queue")[:500]
-        for pk, queue in due:
-            try:
-                with transaction.atomic():
-                    if Job.objects.filter(pk=pk, status=JobStatus.FAILED).update(
-                        status=JobStatus.READY, attempts=0, run_after=Now(), finished_at=None
-                    ):
-                        JobEvent.objects.create(job_id=pk, kind=JobEvent.Kind.REARMED)
-                        rearmed.append(pk)
-            except IntegrityError:
-                # A newer live job holds the key; this one stays failed and is superseded by it.
-                continue
-            _notify(queue)
-    return rearmed
-
-
 def fail_unserved(served_kinds):
     """READY jobs of a kind no live worker serves fail after JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS."""
     cutoff = Now() - timedelta(seconds=conf.JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS)
@@ -996,7 +1004,6 @@ __all__ = [
     "set_priority",
     "set_limit",
     "rescue_expired",
-    "rearm_after_cooldown",
     "fail_unserved",
     "unpark_stranded",
     "ensure_queues",

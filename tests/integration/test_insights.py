@@ -14,6 +14,7 @@ from insights import conf, selectors, services
 from insights.models import Insight, InsightKind
 from jobs import services as jobs
 from jobs.models import Job, JobStatus
+from jobs.worker import Worker
 from tests.gateway import FakeGateway, Reply
 from tests.waiting import wait_until
 
@@ -218,7 +219,7 @@ def test_a_pruned_job_does_not_make_a_fresh_insight_run_again(user, gateway, run
     assert not Job.objects.exists()
 
 
-def test_a_given_up_insight_is_rearmed_only_after_its_cooldown(user, gateway, run_worker):
+def test_a_given_up_insight_is_rearmed_when_asked_for_after_its_cooldown(user, gateway, run_worker):
     gateway.queue(Reply(status=400, message="bad request"))
     asset = make_asset(user, "Cooling")
     job = job_of(ask(user, asset))
@@ -232,13 +233,21 @@ def test_a_given_up_insight_is_rearmed_only_after_its_cooldown(user, gateway, ru
 
     cooldown = conf.retry_after_s()
     Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(seconds=cooldown - 5))
-    assert jobs.rearm_after_cooldown() == []
+    assert ask(user, asset).status == "failed"
     Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(seconds=cooldown + 5))
-    assert jobs.rearm_after_cooldown() == [job.pk]
+    # Past it, nothing happens by itself (the reaper re-runs no given-up job)...
+    Worker(queues=[conf.QUEUE]).reap()
+    run(run_worker)
+    assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED
+    # ...but asking again re-arms the same job, attempts from 0.
+    again = ask(user, asset)
+    assert (again.job_id, again.status) == (job.pk, "ready")
     job.refresh_from_db()
-    assert (job.status, job.attempts) == (JobStatus.READY, 0)
+    assert (job.status, job.attempts, job.finished_at) == (JobStatus.READY, 0, None)
+    assert job.events.filter(kind="rearmed").count() == 1
     run(run_worker)
     assert Insight.objects.get(owner=user).text == "Generated text #2."
+    assert Job.objects.filter(kind="insights.video_summary").count() == 1
 
 
 def test_retry_failed_requeues_at_once_skipping_the_cooldown(user, alice_client, gateway, run_worker):
