@@ -82,6 +82,10 @@ class Fail(JobError):
         self.code = code
 
 
+class LeaseLost(JobError):
+    """This attempt no longer holds the job's lease (it was rescued, or stopped); nothing was written."""
+
+
 class Stopped(JobError):
     """Raised inside a handler when `ctx.should_stop()` is true and it chooses to unwind."""
 

@@ -503,6 +503,19 @@ def acknowledge_stop(job, *, reason=""):
     return target if changed else None
 
 
+def lock_lease(job):
+    """Inside a transaction: lock `job`'s row if this attempt still holds its lease; False if not.
+
+    The lock keeps a rescue (or any guarded transition) from taking the job
+    until the caller's transaction ends, so a domain write made in it is made
+    by the attempt that holds the lease or not at all. SQLite's IMMEDIATE
+    transactions serialise writers, which gives the same there.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("lock_lease() only holds its lock inside transaction.atomic().")
+    return bool(list(_running(job.pk, job.lease_token).select_for_update().values_list("pk", flat=True)))
+
+
 def report_progress(job, *, fraction=None, phase=None, message=None):
     """Write progress for a RUNNING job; False means the lease is gone and the handler must stop."""
     fields = {"progress_at": Now()}

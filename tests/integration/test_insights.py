@@ -327,3 +327,40 @@ def test_shot_notes_say_they_are_not_available_without_shots(user, alice_client)
                                  content_type="application/json")
     assert response.status_code == 404
     assert not Job.objects.exists()
+
+
+# --- Fencing ---------------------------------------------------------------------------
+
+
+def test_a_stale_worker_cannot_overwrite_the_insight_once_its_lease_moved_on(user, offline):
+    from jobs import claiming, execution
+    from jobs.context import JobContext
+    from jobs.models import Worker as WorkerRow
+
+    insight = ask(user, make_asset(user, "Fenced"))
+    kinds = [services.job_kind(SUMMARY)]
+
+    def claim(name):
+        worker = WorkerRow.objects.create(name=name, host="h", pid=1)
+        [job] = claiming.claim(worker, queues=[conf.QUEUE], kinds=kinds, limit=1)
+        return job
+
+    stale = claim("frozen")
+    # Its worker froze past the lease: the job is rescued and another attempt takes it.
+    Job.objects.filter(pk=stale.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert jobs.rescue_expired() == [stale.pk]
+    Job.objects.filter(pk=stale.pk).update(run_after=timezone.now())
+    fresh = claim("survivor")
+    assert execution.run_handler(fresh, JobContext(fresh))[0] == "ok"
+    written = Insight.objects.get(pk=insight.pk)
+    assert written.status == "successful" and written.text
+
+    # The frozen worker wakes and finishes its generation: it writes nothing.
+    Insight.objects.filter(pk=insight.pk).update(text="written by the attempt holding the lease")
+    ctx = JobContext(stale)
+    outcome, value = execution.run_handler(stale, ctx)
+    assert (outcome, type(value).__name__, ctx.stop_reason) == ("error", "LeaseLost", "lease_lost")
+    execution.settle(stale, ctx, outcome, value)
+    assert Insight.objects.get(pk=insight.pk).text == "written by the attempt holding the lease"
+    job = Job.objects.get(pk=stale.pk)
+    assert (job.status, job.lease_token, job.attempts) == (JobStatus.RUNNING, fresh.lease_token, 2)
