@@ -30,6 +30,21 @@ class InvalidPriority(JobError, ValueError):
     """Priorities are whole numbers from -100 to 100 (higher runs first)."""
 
 
+class TransportUnavailable(JobError):
+    """The Redis that carries this kind's jobs to the CV fleet does not answer; nothing was queued.
+
+    Try again once it is back; `queue` names the queue whose transport is down.
+    """
+
+    # Also the error code of a job Redis sent back to the queue, which pages read.
+    code = "redis_unavailable"
+
+    def __init__(self, message="", *, queue, detail=""):
+        super().__init__(message)
+        self.queue = queue
+        self.detail = detail
+
+
 class IllegalTransition(JobError):
     """The job is not in a state that allows this action (it changed meanwhile, or never could)."""
 

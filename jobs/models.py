@@ -193,7 +193,7 @@ class JobEvent(models.Model):
         CANCELLED = "cancelled", _("cancelled")
         PAUSED = "paused", _("paused")
         RESUMED = "resumed", _("resumed")
-        REQUEUED = "requeued", _("requeued at shutdown")
+        REQUEUED = "requeued", _("handed back to the queue")  # shutdown, or a dead Redis
         SNOOZED = "snoozed", _("snoozed")
         RETRIED = "retried", _("retried by hand")
         REARMED = "rearmed", _("re-armed after cool-down")

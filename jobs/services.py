@@ -429,19 +429,25 @@ def _appended_errors(job, entry):
     return (list(job.errors or []) + [entry])[-MAX_ERRORS_KEPT:]
 
 
-def requeue(job, *, reason, delay_s=0):
-    """RUNNING → READY without spending an attempt (graceful shutdown hands the job back)."""
+def requeue(job, *, reason, delay_s=0, code=None):
+    """RUNNING → READY without spending an attempt (a shutdown, or a dead transport, hands it back).
+
+    With `code`, the reason is also left on the row as its error, so pages can
+    say why the job waits (e.g. "redis_unavailable").
+    """
     reason = str(reason)
+    noted = {"error": reason, "error_code": code} if code else {}
     with transaction.atomic():
         changed = _running(job.pk, job.lease_token).update(
             status=JobStatus.READY,
             attempts=F("attempts") - 1,
             run_after=Now() + timedelta(seconds=delay_s),
+            **noted,
             **_end_lease(),
         )
         if changed:
             JobEvent.objects.create(job_id=job.pk, kind=JobEvent.Kind.REQUEUED, reason=reason,
-                                    attempt=job.attempts)
+                                    attempt=job.attempts, data={"code": code} if code else {})
             release_keys(job.concurrency_keys)
             _notify(job.queue)
     return bool(changed)
