@@ -35,7 +35,7 @@ from downloads import selectors, services, shots
 from downloads.forms import DownloadForm
 from insights import selectors as insight_selectors
 from insights.models import InsightKind
-from jobs.exceptions import IllegalTransition
+from jobs.exceptions import IllegalTransition, TransportUnavailable
 
 LIST_LIMIT = 200
 
@@ -203,6 +203,13 @@ def _finished_video(request, download_id):
     return found, None
 
 
+def _cv_queue_unavailable(exc):
+    """503: the CV queue's Redis is down; nothing was queued, and asking again later may work."""
+    response = error(503, "cv_queue_unavailable", str(exc), queue=exc.queue)
+    response["Retry-After"] = "30"
+    return response
+
+
 def segment(request, download_id):
     found, failure = _finished_video(request, download_id)
     if failure:
@@ -213,6 +220,8 @@ def segment(request, download_id):
         job = shots.asset_segment(found.asset, owner=request.user)
     except IllegalTransition as exc:
         return error(409, "illegal_transition", str(exc))
+    except TransportUnavailable as exc:
+        return _cv_queue_unavailable(exc)
     return JsonResponse({"segment": shots.job_state(job)}, status=202)
 
 
@@ -242,4 +251,6 @@ def analyze(request, shot_id):
         job = shots.shot_analyze(shot, owner=request.user)
     except IllegalTransition as exc:
         return error(409, "illegal_transition", str(exc))
+    except TransportUnavailable as exc:
+        return _cv_queue_unavailable(exc)
     return JsonResponse({"shot": shot.pk, "analysis_job": shots.job_state(job)}, status=202)

@@ -42,8 +42,22 @@ def _folder(job_id):
 
 # --- Services --------------------------------------------------------------------
 
-def asset_segment(asset, *, owner=None):
-    """Queue (again) the split of a ready video into shots; returns the job."""
+def _check_transport(kind):
+    # Imported here: the Redis client library is only needed when a request asks.
+    from jobs.redis_mode import check_transport
+
+    check_transport(kind)
+
+
+def asset_segment(asset, *, owner=None, check_transport=True):
+    """Queue (again) the split of a ready video into shots; returns the job.
+
+    A request (`check_transport`) is refused with TransportUnavailable while
+    the CV queue's Redis does not answer; the engine's own follow-ups skip the
+    check, and their job waits for Redis instead.
+    """
+    if check_transport:
+        _check_transport(SEGMENT_KIND)  # before any lock: it is a network round trip
     with transaction.atomic():
         # The asset's row lock orders this against housekeeping's eviction:
         # either the job is queued first (and eviction sees it and keeps the
@@ -65,11 +79,16 @@ def asset_segment_if_wanted(asset_id, *, owner=None):
     """After a video became ready: split it into shots unless a setting turned that off."""
     asset = MediaAsset.objects.get(pk=asset_id)
     if conf.segment_automatically() and asset.is_video and asset.segment_job_id is None:
-        asset_segment(asset, owner=owner)
+        asset_segment(asset, owner=owner, check_transport=False)
 
 
-def shot_analyze(shot, *, owner=None):
-    """Queue the measurement of one shot (at most one live job per shot); returns the job."""
+def shot_analyze(shot, *, owner=None, check_transport=True):
+    """Queue the measurement of one shot (at most one live job per shot); returns the job.
+
+    Refused with TransportUnavailable as `asset_segment` is.
+    """
+    if check_transport:
+        _check_transport(ANALYZE_KIND)
     with transaction.atomic():
         asset = _lock_ready(shot.asset)  # against eviction, as in asset_segment
         if asset is None:
@@ -83,11 +102,12 @@ def shot_analyze(shot, *, owner=None):
 
 def shots_analyze_all(asset, *, owner=None):
     """Queue every shot of the asset not measured yet; returns how many were queued."""
+    _check_transport(ANALYZE_KIND)
     queued = 0
     for shot in asset.shots.select_related("asset", "analysis_job"):
         live = shot.analysis_job is not None and shot.analysis_job.is_live
         if shot.analysis is None and not live:
-            shot_analyze(shot, owner=owner)
+            shot_analyze(shot, owner=owner, check_transport=False)
             queued += 1
     return queued
 

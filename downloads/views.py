@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from downloads import selectors, services, serving, shots, storage
 from downloads.forms import DownloadForm, EditForm
 from downloads.models import DownloadStatus
-from jobs.exceptions import IllegalTransition
+from jobs.exceptions import IllegalTransition, TransportUnavailable
 
 LIST_LIMIT = 200
 
@@ -195,7 +195,9 @@ def download_shots_action(request, download_id, name):
             shots.asset_segment(download.asset, owner=request.user)
         else:
             shots.shots_analyze_all(download.asset, owner=request.user)
-    except IllegalTransition as exc:
+    except (IllegalTransition, TransportUnavailable) as exc:
+        # A dead CV queue is said in the panel like any refusal: htmx 2 swaps
+        # no 5xx answer, so a 503 here would leave the user with nothing.
         notice = str(exc)
     if not request.htmx:
         if notice:

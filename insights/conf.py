@@ -65,8 +65,9 @@ def max_attempts():
 
 
 def retry_after_s():
-    """INSIGHTS_RETRY_AFTER_SECONDS: a given-up generation is tried again, attempts reset, this long
-    after it failed. Read when the kinds are registered (process start)."""
+    """INSIGHTS_RETRY_AFTER_SECONDS: a given-up generation asked for again this long after it
+    failed is tried again, attempts reset (before that, the request returns the failure).
+    Read when the kinds are registered (process start)."""
     return _setting("INSIGHTS_RETRY_AFTER_SECONDS", 1800.0, _number(minimum=1))
 
 

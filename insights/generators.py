@@ -1,10 +1,12 @@
 """Turning an insight's facts into text: the AI gateway when configured, else the local generator.
 
 The gateway is any OpenAI-compatible chat-completions endpoint, reached with
-httpx. Its failures are sorted for the engine: a rate limit (429) or a server
-error (5xx) or an unreachable gateway is worth another attempt (`Retry`, with
-the gateway's Retry-After when it sent one); any other 4xx will fail the same
-way every time (`Fail`, with the gateway's own message).
+httpx. Its answers are sorted for the engine: "busy, come back later" (a 429,
+or a 503 with a Retry-After) snoozes the job until then, spending no attempt,
+so a busy gateway cannot use up an insight's attempts; another server error
+(5xx) or an unreachable gateway is worth another attempt (`Retry`, with the
+gateway's Retry-After when it sent one); any other 4xx will fail the same way
+every time (`Fail`, with the gateway's own message).
 
 The local generator needs nothing: it writes a short, deterministic summary
 from the same facts, so the pipeline works offline and in tests.
@@ -21,13 +23,17 @@ from django.utils.translation import get_language_info, gettext, ngettext
 
 from insights import conf
 from insights.models import Generator, InsightKind
-from jobs.exceptions import Fail, Retry
+from jobs.exceptions import Fail, Retry, Snooze
 
 LOCAL_MODEL = "haulage-local-1"
 MAX_TOKENS = 800
 MAX_TEXT_CHARS = 20_000  # what is kept of an answer; a summary is a few hundred
 MAX_ERROR_CHARS = 500
-MAX_RETRY_AFTER_S = 86_400.0  # a gateway asking for more than a day is asked again after one
+# A gateway asking for longer than an hour is asked again after one (it is
+# busy, not gone); one asking for less than a second waits a second.
+MAX_RETRY_AFTER_S = 3600.0
+MIN_SNOOZE_S = 1.0
+RATE_LIMIT_SNOOZE_S = 60.0  # a 429 that does not say how long to wait
 
 
 @dataclass(frozen=True)
@@ -109,13 +115,19 @@ def gateway_generate(kind, facts, *, language):
 
 def _answer(response):
     status = response.status_code
+    wait_s = retry_after_s(response.headers.get("Retry-After"))
     if status == 429:
-        raise Retry(gettext("The AI gateway is busy (rate limited); trying again later."),
-                    delay_s=retry_after_s(response.headers.get("Retry-After")), code="rate_limited")
+        raise Snooze(max(MIN_SNOOZE_S, RATE_LIMIT_SNOOZE_S if wait_s is None else wait_s),
+                     gettext("The AI gateway is busy (rate limited); trying again later."),
+                     code="rate_limited")
+    if status == 503 and wait_s is not None:
+        raise Snooze(max(MIN_SNOOZE_S, wait_s),
+                     gettext("The AI gateway is overloaded (HTTP 503); trying again when it said to."),
+                     code="gateway_busy")
     if status >= 500:
         raise Retry(gettext("The AI gateway failed (HTTP %(status)d): %(message)s")
                     % {"status": status, "message": _error_message(response)},
-                    delay_s=retry_after_s(response.headers.get("Retry-After")), code="gateway_error")
+                    delay_s=wait_s, code="gateway_error")
     if status >= 400:
         raise Fail(gettext("The AI gateway refused the request (HTTP %(status)d): %(message)s")
                    % {"status": status, "message": _error_message(response)}, code="gateway_refused")
@@ -152,7 +164,8 @@ def _error_message(response):
 
 
 def retry_after_s(value, *, now=None):
-    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date), or None."""
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date), from 0 to
+    MAX_RETRY_AFTER_S; None when it is missing or not one of those."""
     if not value:
         return None
     value = value.strip()

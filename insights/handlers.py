@@ -9,7 +9,8 @@ All three share the `insights` queue, whose global limit and gap (the Queue
 row, seeded from INSIGHTS_CONCURRENCY and INSIGHTS_GAP_SECONDS) keep the
 gateway to one generation at a time with a pause between them. Attempts are
 set per job at enqueue (INSIGHTS_MAX_ATTEMPTS); the cool-down after which a
-given-up insight is tried again is read here, when a process starts.
+given-up insight asked for again is tried again is read here, when a process
+starts.
 """
 
 from django.utils.translation import gettext_lazy as _

@@ -218,10 +218,13 @@ def insight_generate(ctx, insight_id):
         generated = generators.generate(insight.kind, facts, language=insight.language)
     if ctx.should_stop():
         return None  # cancelled, paused, lost or timed out meanwhile: the engine records which
-    Insight.objects.filter(pk=insight.pk).update(
-        text=generated.text, fingerprint=fingerprint, generator=generated.generator,
-        model=generated.model, generated_at=timezone.now(), status=InsightStatus.SUCCESSFUL,
-        error_code="", error="")
+    # Fenced by the lease: a worker whose job was rescued while it waited on
+    # the gateway must not overwrite what the rescuing attempt wrote.
+    with ctx.fenced():
+        Insight.objects.filter(pk=insight.pk).update(
+            text=generated.text, fingerprint=fingerprint, generator=generated.generator,
+            model=generated.model, generated_at=timezone.now(), status=InsightStatus.SUCCESSFUL,
+            error_code="", error="")
     return {"generator": generated.generator, "model": generated.model,
             "chars": len(generated.text)}
 

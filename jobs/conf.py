@@ -21,6 +21,9 @@ DEFAULTS = {
     "JOBS_DEFAULT_MAX_ATTEMPTS": 3,
     "JOBS_BACKOFF_BASE_SECONDS": 5.0,  # first retry waits about this long, doubling each attempt
     "JOBS_BACKOFF_MAX_SECONDS": 3600.0,
+    # Snoozes ("not now, come back in N s"; no attempt spent).
+    "JOBS_MAX_SNOOZES": 20,  # per job; the next one fails it as snoozed_too_often
+    "JOBS_SNOOZE_MAX_SECONDS": 86400.0,  # a longer snooze is cut to this
     # Shutdown.
     "JOBS_SHUTDOWN_GRACE_SECONDS": 30.0,  # first SIGTERM: let running jobs finish this long
     # Jobs of a kind no live worker serves fail after this long (rolling deploys).
@@ -41,7 +44,7 @@ DEFAULTS = {
     "JOBS_MIGRATION_WAIT_SECONDS": 600.0,
 }
 
-INT_SETTINGS = {"JOBS_DEFAULT_MAX_ATTEMPTS", "JOBS_MAX_PAYLOAD_BYTES", "JOBS_MAX_PAYLOAD_DEPTH",
+INT_SETTINGS = {"JOBS_DEFAULT_MAX_ATTEMPTS", "JOBS_MAX_SNOOZES", "JOBS_MAX_PAYLOAD_BYTES", "JOBS_MAX_PAYLOAD_DEPTH",
                 "JOBS_EMBEDDED_CV_CONCURRENCY"}
 
 

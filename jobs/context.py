@@ -2,8 +2,13 @@
 
 import threading
 import time
+from contextlib import contextmanager
+
+from django.db import transaction
+from django.utils.translation import gettext as _
 
 from jobs import childside, conf, services
+from jobs.exceptions import LeaseLost, Snooze
 
 
 class JobContext:
@@ -65,6 +70,29 @@ class JobContext:
         if self.stop_reason is None:
             self.stop_reason = reason
         self._stop.set()
+
+    def snooze(self, seconds, message=""):
+        """Stop here and run the job again `seconds` from now, without spending an attempt.
+
+        Raises `Snooze` (so nothing after this line runs); a bad number of
+        seconds raises ValueError, which fails this attempt.
+        """
+        raise Snooze(seconds, message)
+
+    @contextmanager
+    def fenced(self):
+        """A transaction for the handler's own writes, made only while this attempt holds the lease.
+
+        The job's row stays locked to the end of the block, so a rescue or a
+        second attempt cannot take it in between. When the lease has moved on,
+        raises LeaseLost before the block runs (the engine then discards the
+        attempt's outcome): a stale worker cannot overwrite what the next one wrote.
+        """
+        with transaction.atomic():
+            if not services.lock_lease(self.job):
+                self.request_stop("lease_lost")
+                raise LeaseLost(_("This attempt no longer holds the job's lease; nothing was written."))
+            yield
 
     def wait(self, seconds):
         """Sleep that wakes early when the job should stop; returns should_stop()."""

@@ -7,7 +7,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from jobs import registry, services
-from jobs.exceptions import Fail, Retry, Stopped, UnknownKind
+from jobs.exceptions import Fail, Retry, Snooze, Stopped, UnknownKind
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,9 @@ def settle(job, ctx, outcome, value, *, complete=None):
 
 
 def _record_failure(job, exc):
-    if isinstance(exc, Retry):
+    if isinstance(exc, Snooze):
+        services.snooze(job, delay_s=exc.seconds, reason=str(exc), code=exc.code)
+    elif isinstance(exc, Retry):
         services.fail(job, error=str(exc) or _("Retry requested."), code=exc.code, delay_s=exc.delay_s, exc=exc)
     elif isinstance(exc, Fail):
         services.fail(job, error=str(exc), code=exc.code, retry=False, exc=exc)

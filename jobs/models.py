@@ -21,14 +21,15 @@ PRIORITY_MIN, PRIORITY_MAX = -100, 100  # Django's Tasks convention: higher runs
 
 class JobStatus(models.TextChoices):
     # Waiting to be claimed (possibly not before `run_after`). In: enqueue,
-    # retry, resume, lease rescue, graceful shutdown. Out: claim, pause, cancel.
+    # retry, snooze, resume, lease rescue, graceful shutdown. Out: claim, pause, cancel.
     READY = "READY", _("Queued")
-    # Claimed by a worker that holds a lease. Out: success, failure, retry,
+    # Claimed by a worker that holds a lease. Out: success, failure, retry, snooze,
     # pause, cancel, lease rescue, shutdown requeue.
     RUNNING = "RUNNING", _("Running")
     # Held back by a person; never claimed. Out: resume (to READY), cancel.
     PAUSED = "PAUSED", _("Paused")
-    # Final states. Out: a manual retry, a new fingerprint, a cool-down re-arm.
+    # Final states. Out: a manual retry, a new fingerprint, a FAILED job asked
+    # for again after its kind's cool-down.
     SUCCESSFUL = "SUCCESSFUL", _("Successful")
     FAILED = "FAILED", _("Failed")
     CANCELLED = "CANCELLED", _("Cancelled")
@@ -87,6 +88,9 @@ class Job(models.Model):
     stop_requested = models.CharField(max_length=10, blank=True, default="")
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     max_attempts = models.PositiveIntegerField(_("max attempts"), default=1)
+    # Times a handler said "not now" (Snooze) since the job last started
+    # afresh; they spend no attempt, and JOBS_MAX_SNOOZES bounds them.
+    snoozes = models.PositiveIntegerField(_("snoozes"), default=0)
     run_after = models.DateTimeField(_("run after"), default=timezone.now)
 
     # The lease: which worker holds the job, with which token, until when.
@@ -189,7 +193,8 @@ class JobEvent(models.Model):
         CANCELLED = "cancelled", _("cancelled")
         PAUSED = "paused", _("paused")
         RESUMED = "resumed", _("resumed")
-        REQUEUED = "requeued", _("requeued at shutdown")
+        REQUEUED = "requeued", _("handed back to the queue")  # shutdown, or a dead Redis
+        SNOOZED = "snoozed", _("snoozed")
         RETRIED = "retried", _("retried by hand")
         REARMED = "rearmed", _("re-armed after cool-down")
         MOVED = "moved", _("moved in the queue")

@@ -20,18 +20,37 @@ from django.db import DatabaseError, connection, transaction
 from django.utils.translation import gettext as _
 
 from jobs import conf, files, redisconn, registry, services
-from jobs.exceptions import Fail
+from jobs.exceptions import Fail, TransportUnavailable
 from jobs.models import Job, JobStatus
 from jobs.transport import State, Transport, result_path
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
-# Redis outages requeue a claimed job after this delay, without spending an attempt.
+# Redis outages requeue a claimed job after this delay, without spending an attempt
+# (with TransportUnavailable.code as its error code, which pages explain).
 UNAVAILABLE_RETRY_S = 5.0
 # After a publish failed, further claimed jobs go back without trying for this long: each
 # try against a stalled Redis costs a whole socket timeout.
 UNAVAILABLE_SKIP_S = 1.0
+
+
+def check_transport(kind):
+    """Raise TransportUnavailable when `kind` goes through Redis and Redis does not answer.
+
+    For requests that ask for a CV job: a dead Redis is said at once (the
+    caller answers 503) instead of queueing a job that cannot be sent. Local
+    mode and kinds of other modes always pass.
+    """
+    policy = registry.get(kind).policy
+    if policy.mode != "redis" or redisconn.is_local_mode():
+        return
+    problem = redisconn.ping()
+    if problem:
+        raise TransportUnavailable(
+            _("The CV queue “%(queue)s” cannot take jobs: its Redis server is unreachable. "
+              "Try again in a moment.") % {"queue": policy.queue},
+            queue=policy.queue, detail=problem)
 
 
 def cv_type(job):
@@ -90,8 +109,9 @@ class Monitor(threading.Thread):
             log.warning("Redis unavailable, job %s goes back to the queue: %s", job.pk, exc)
             with self.lock:
                 self.inflight.pop(job.pk, None)
-            services.requeue(job, reason=_("The CV queue (Redis) is unavailable; retrying shortly."),
-                             delay_s=UNAVAILABLE_RETRY_S)
+            services.requeue(job, reason=_("The CV queue's Redis server is unreachable; the job "
+                                           "waits and is sent again shortly."),
+                             delay_s=UNAVAILABLE_RETRY_S, code=TransportUnavailable.code)
 
     def run(self):
         if redisconn.is_local_mode():

@@ -35,7 +35,9 @@ class Policy:
     fingerprint: Callable[[dict, Any], str] | None = None
     # Limit used for a concurrency key that has no ConcurrencyLimit row yet.
     default_limits: dict[str, int] = field(default_factory=dict)
-    # FAILED jobs are re-armed (attempts reset) this long after giving up.
+    # A FAILED job asked for again (enqueued with its key) this long after it
+    # gave up is re-armed, attempts reset; before that the request returns it.
+    # Nothing re-arms a job nobody asks for.
     cooldown_s: float | None = None
     # Options for the process / redis modes: stall_timeout_s, wall_clock_cap_s,
     # kill_grace_s, poll_interval_s, limits={address_space_bytes, file_size_bytes, cpu_time_s}.

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from jobs import conf, registry, sql
+from jobs.exceptions import TransportUnavailable
 from jobs.models import ConcurrencyLimit, Job, JobEvent, JobStatus, Queue, Worker
 
 # How a concurrency key's namespace reads to a person ("user:42" is "your
@@ -28,7 +29,9 @@ def describe_key(namespace, words):
 @dataclass
 class Standing:
     position: int | None  # 1 = next to be claimed in its queue; None unless READY
-    reason: str  # queued | scheduled | paused | queue_paused | no_worker | key_busy | queue_full | queue_gap | running | finished
+    # queued | scheduled | transport_unavailable | paused | queue_paused | no_worker | key_busy
+    # | queue_full | queue_gap | running | finished
+    reason: str
     message: str
     key: str | None = None
     until: datetime | None = None
@@ -77,6 +80,17 @@ def standing(job, *, served_kinds=None):
         return Standing(None, "finished", job.get_status_display())
     position = ahead_of(job).count() + 1
     now = timezone.now()
+    if job.error_code == TransportUnavailable.code:
+        # Sent back because Redis did not answer: say that, not "retry".
+        if job.run_after > now:
+            return Standing(position, "transport_unavailable",
+                            _("The CV queue's Redis server is unreachable; the job waits and is "
+                              "sent again at %(time)s.")
+                            % {"time": timezone.localtime(job.run_after).strftime("%H:%M:%S")},
+                            until=job.run_after)
+        return Standing(position, "transport_unavailable",
+                        _("The CV queue's Redis server was unreachable at the last try; the job "
+                          "waits to be sent again."))
     if job.run_after > now:
         local = timezone.localtime(job.run_after)
         return Standing(position, "scheduled",

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from jobs import conf, payloads, registry, signals, sql
-from jobs.exceptions import IllegalTransition, InvalidPriority
+from jobs.exceptions import IllegalTransition, InvalidPriority, snooze_seconds
 from jobs.models import (
     CLAIM_ORDER,
     FINISHED_STATUSES,
@@ -134,7 +134,12 @@ def enqueue(kind, payload=None, *, supersede=False, **options):
     - unique key: at most one live job per key; enqueueing again returns it,
       promoted when asked at a higher priority (never demoted);
     - fingerprint: a finished job with the same key and fingerprint is
-      returned as it is; a new fingerprint queues a new run, attempts from 0;
+      returned as it is; a new fingerprint queues a new run, attempts from 0.
+      A FAILED one of a kind with a cool-down is returned while it cools
+      down and re-armed (READY, attempts from 0) when asked for after it;
+      A live job not yet running takes a new fingerprint (a READY one with its
+      attempts reset); a RUNNING one keeps its own, so a request after it ends
+      queues a run on the new data;
     - supersede: READY jobs of this kind and owner for other keys are cancelled;
     - transactional: inside `transaction.atomic()` the job exists only if that commits.
     """
@@ -155,10 +160,14 @@ def _enqueue_one(job, supersede):
         return job
     if supersede:
         _supersede(job)
-    if job.fingerprint:
+    cooldown_s = _policy(job.kind).cooldown_s
+    if job.fingerprint or cooldown_s:
         latest = Job.objects.filter(unique_key=job.unique_key).order_by("-id").first()
         if latest and latest.is_finished and latest.fingerprint == job.fingerprint:
-            return latest
+            if latest.status == JobStatus.FAILED and cooldown_s:
+                return _rearm_on_demand(latest, job, cooldown_s)
+            if job.fingerprint:
+                return latest
     job_id, inserted = _insert_or_promote(job)
     if inserted:
         _notify(job.queue)
@@ -167,8 +176,35 @@ def _enqueue_one(job, supersede):
     return Job.objects.get(pk=job_id)
 
 
+def _rearm_on_demand(failed, asked, cooldown_s):
+    """A given-up job asked for again: itself while it cools down, READY again (attempts 0) after.
+
+    Only a request re-arms it, never a sweep: a permanent failure nobody asks
+    about stays FAILED (and is pruned with the rest of the history), instead
+    of being re-run every cool-down for ever. The guarded UPDATE lets one of
+    two racing requests re-arm it; the other gets the row as that one left it.
+    """
+    if failed.finished_at and failed.finished_at > timezone.now() - timedelta(seconds=cooldown_s):
+        return failed
+    try:
+        with transaction.atomic():
+            if Job.objects.filter(pk=failed.pk, status=JobStatus.FAILED).update(
+                status=JobStatus.READY, attempts=0, snoozes=0, run_after=asked.run_after,
+                finished_at=None, priority=max(failed.priority, asked.priority),
+                error="", error_code="", progress=None, phase="", progress_message="",
+            ):
+                JobEvent.objects.create(job_id=failed.pk, kind=JobEvent.Kind.REARMED,
+                                        reason=_("Asked for again after its cool-down."),
+                                        data={"cooldown_s": cooldown_s})
+                _notify(failed.queue)
+    except IntegrityError:
+        pass  # a newer live job holds the key meanwhile: that one is the answer
+    return (Job.objects.filter(unique_key=failed.unique_key).order_by("-id").first()
+            or Job.objects.get(pk=failed.pk))
+
+
 def _insert_or_promote(job):
-    """INSERT the job, or raise the priority of the live job holding its key, in one statement.
+    """INSERT the job, or update the live job holding its key (priority, fingerprint), in one statement.
 
     The partial unique index arbitrates between two enqueuers racing on one
     key: exactly one row is inserted and the other caller gets that row. A
@@ -180,11 +216,23 @@ def _insert_or_promote(job):
     values = [f.get_db_prep_save(getattr(job, f.attname), connection) for f in fields]
     marks = ", ".join(["%s"] * len(fields))
     live = ", ".join(f"'{s}'" for s in LIVE_STATUSES)
+    # New data (another fingerprint) for a job not yet running: it will read
+    # that data when it runs, so it takes the fingerprint, and a READY one
+    # starts its attempts again (they were spent on the old data). A RUNNING
+    # job keeps its own: its attempt read the old data, and a request after it
+    # ends must still see a stale fingerprint to queue a fresh run. SET reads
+    # the row as it was, so every CASE sees the old fingerprint.
+    new_data = ("excluded.fingerprint <> '' AND excluded.fingerprint <> jobs_job.fingerprint "
+                "AND jobs_job.status <> 'RUNNING'")
     statement = (
         f"INSERT INTO jobs_job ({columns}) VALUES ({marks}) "
         f"ON CONFLICT (unique_key) WHERE status IN ({live}) DO UPDATE SET "
         "priority = CASE WHEN excluded.priority > jobs_job.priority "
-        "THEN excluded.priority ELSE jobs_job.priority END "
+        "THEN excluded.priority ELSE jobs_job.priority END, "
+        f"attempts = CASE WHEN {new_data} AND jobs_job.status = 'READY' "
+        "THEN 0 ELSE jobs_job.attempts END, "
+        f"fingerprint = CASE WHEN {new_data} THEN excluded.fingerprint "
+        "ELSE jobs_job.fingerprint END "
         "RETURNING id, public_id"
     )
     with connection.cursor() as cursor:
@@ -381,19 +429,59 @@ def _appended_errors(job, entry):
     return (list(job.errors or []) + [entry])[-MAX_ERRORS_KEPT:]
 
 
-def requeue(job, *, reason, delay_s=0):
-    """RUNNING → READY without spending an attempt (graceful shutdown hands the job back)."""
+def requeue(job, *, reason, delay_s=0, code=None):
+    """RUNNING → READY without spending an attempt (a shutdown, or a dead transport, hands it back).
+
+    With `code`, the reason is also left on the row as its error, so pages can
+    say why the job waits (e.g. "redis_unavailable").
+    """
     reason = str(reason)
+    noted = {"error": reason, "error_code": code} if code else {}
     with transaction.atomic():
         changed = _running(job.pk, job.lease_token).update(
             status=JobStatus.READY,
             attempts=F("attempts") - 1,
             run_after=Now() + timedelta(seconds=delay_s),
+            **noted,
             **_end_lease(),
         )
         if changed:
             JobEvent.objects.create(job_id=job.pk, kind=JobEvent.Kind.REQUEUED, reason=reason,
-                                    attempt=job.attempts)
+                                    attempt=job.attempts, data={"code": code} if code else {})
+            release_keys(job.concurrency_keys)
+            _notify(job.queue)
+    return bool(changed)
+
+
+def snooze(job, *, delay_s, reason="", code="snoozed"):
+    """RUNNING → READY `delay_s` from now, giving the attempt back (the handler said "not now").
+
+    The JOBS_MAX_SNOOZES+1th snooze of a job fails it instead
+    (`snoozed_too_often`): an upstream that is never ready must not keep a
+    job alive for ever. A delay past JOBS_SNOOZE_MAX_SECONDS is cut to it; a
+    bad one (negative, NaN) is a ValueError before anything is written.
+    """
+    delay = min(snooze_seconds(delay_s), conf.JOBS_SNOOZE_MAX_SECONDS)
+    reason = str(reason) or _("Snoozed: asked to run again later.")
+    # `job.snoozes` was read at claim time; only the lease holder changes it.
+    if job.snoozes >= conf.JOBS_MAX_SNOOZES:
+        return fail(job, error=_("Asked to snooze again after %(n)d snoozes, the most a job may "
+                                 "take (JOBS_MAX_SNOOZES); given up.") % {"n": job.snoozes},
+                    code="snoozed_too_often", retry=False)
+    with transaction.atomic():
+        changed = _running(job.pk, job.lease_token).update(
+            status=JobStatus.READY,
+            attempts=F("attempts") - 1,
+            snoozes=F("snoozes") + 1,
+            run_after=Now() + timedelta(seconds=delay),
+            error=reason,
+            error_code=code,
+            **_end_lease(),
+        )
+        if changed:
+            JobEvent.objects.create(job_id=job.pk, kind=JobEvent.Kind.SNOOZED, reason=reason,
+                                    attempt=job.attempts - 1,
+                                    data={"code": code, "seconds": delay, "snoozes": job.snoozes + 1})
             release_keys(job.concurrency_keys)
             _notify(job.queue)
     return bool(changed)
@@ -419,6 +507,19 @@ def acknowledge_stop(job, *, reason=""):
             if target == JobStatus.CANCELLED:
                 _finished(job, JobStatus.CANCELLED, error=reason)
     return target if changed else None
+
+
+def lock_lease(job):
+    """Inside a transaction: lock `job`'s row if this attempt still holds its lease; False if not.
+
+    The lock keeps a rescue (or any guarded transition) from taking the job
+    until the caller's transaction ends, so a domain write made in it is made
+    by the attempt that holds the lease or not at all. SQLite's IMMEDIATE
+    transactions serialise writers, which gives the same there.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("lock_lease() only holds its lock inside transaction.atomic().")
+    return bool(list(_running(job.pk, job.lease_token).select_for_update().values_list("pk", flat=True)))
 
 
 def report_progress(job, *, fraction=None, phase=None, message=None):
@@ -555,7 +656,7 @@ def retry(job, *, actor=None, reason=""):
         with transaction.atomic():
             changed = Job.objects.filter(
                 pk=job.pk, status__in=[JobStatus.FAILED, JobStatus.CANCELLED]
-            ).update(status=JobStatus.READY, attempts=0, run_after=Now(), finished_at=None,
+            ).update(status=JobStatus.READY, attempts=0, snoozes=0, run_after=Now(), finished_at=None,
                      error="", error_code="", progress=None, phase="", progress_message="")
             if not changed:
                 raise IllegalTransition(_("Only a failed or cancelled job can be retried."))
@@ -774,7 +875,8 @@ def command_worker(worker, command, *, actor=None):
 
 
 def rescue_expired(limit=500):
-    """RUNNING jobs whose lease expired go back to READY, or FAILED when attempts are spent.
+    """RUNNING jobs whose lease expired go back to READY after the kind's backoff, or FAILED
+    when attempts are spent.
 
     Only an *expired* lease is taken: a live worker on another machine renews
     its leases, so its jobs are never touched. The attempt the dead worker
@@ -794,7 +896,11 @@ def rescue_expired(limit=500):
                 changed = guard.update(status=JobStatus.PAUSED, attempts=F("attempts") - 1,
                                        error_code="paused", **_end_lease())
             elif job.attempts < job.max_attempts:
-                changed = guard.update(status=JobStatus.READY, run_after=Now(), error=message,
+                # After the kind's backoff, as any failed attempt: a job that
+                # kills its worker would otherwise take down the next one at once.
+                delay = _policy(job.kind).backoff_s(job.attempts)
+                changed = guard.update(status=JobStatus.READY,
+                                       run_after=Now() + timedelta(seconds=delay), error=message,
                                        error_code="lease_expired", **_end_lease())
             else:
                 entry = _error_entry(job, message, "lease_expired", None)
@@ -832,31 +938,6 @@ def _clean_up_after_dead_worker(job, reason):
             cleanup(job, reason=reason)  # `job` still carries the dead attempt's lease token
     except Exception:  # noqa: BLE001 - the rescue itself is done and committed
         log.exception("cleanup after the rescue of job %s failed", job.pk)
-
-
-def rearm_after_cooldown():
-    """FAILED jobs of kinds with a cool-down are queued again, attempts reset, once it has passed."""
-    rearmed = []
-    for name in registry.names():
-        cooldown = registry.get(name).policy.cooldown_s
-        if not cooldown:
-            continue
-        due = Job.objects.filter(
-            kind=name, status=JobStatus.FAILED, finished_at__lt=Now() - timedelta(seconds=cooldown)
-        ).values_list("pk", "queue")[:500]
-        for pk, queue in due:
-            try:
-                with transaction.atomic():
-                    if Job.objects.filter(pk=pk, status=JobStatus.FAILED).update(
-                        status=JobStatus.READY, attempts=0, run_after=Now(), finished_at=None
-                    ):
-                        JobEvent.objects.create(job_id=pk, kind=JobEvent.Kind.REARMED)
-                        rearmed.append(pk)
-            except IntegrityError:
-                # A newer live job holds the key; this one stays failed and is superseded by it.
-                continue
-            _notify(queue)
-    return rearmed
 
 
 def fail_unserved(served_kinds):
@@ -931,6 +1012,7 @@ __all__ = [
     "complete_many",
     "fail",
     "requeue",
+    "snooze",
     "acknowledge_stop",
     "report_progress",
     "renew_leases",
@@ -941,7 +1023,6 @@ __all__ = [
     "set_priority",
     "set_limit",
     "rescue_expired",
-    "rearm_after_cooldown",
     "fail_unserved",
     "unpark_stranded",
     "ensure_queues",

@@ -138,7 +138,7 @@ BULK_COLUMNS = ("public_id", "kind", "queue", "payload", "priority", "owner_id",
                 "concurrency_keys", "blocked_key", "max_attempts", "run_after", "enqueued_at")
 BULK_CONSTANTS = {
     "status": "'READY'", "position": "0", "unique_key": "NULL", "stop_requested": "''",
-    "attempts": "0", "worker_ids": "'[]'", "phase": "''", "progress_message": "''",
+    "attempts": "0", "snoozes": "0", "worker_ids": "'[]'", "phase": "''", "progress_message": "''",
     "error": "''", "error_code": "''", "errors": "'[]'",
 }
 

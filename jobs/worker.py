@@ -412,7 +412,6 @@ class Worker:
         if rescued:
             log.info("rescued %d job(s) whose lease expired: %s", len(rescued), rescued)
             self.wake.set()
-        services.rearm_after_cooldown()
         cutoff = timezone.now() - timedelta(seconds=conf.JOBS_WORKER_DEAD_AFTER_SECONDS)
         WorkerRow.objects.filter(stopped_at__isnull=True, heartbeat_at__lt=cutoff).update(
             stopped_at=Now()

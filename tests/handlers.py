@@ -36,6 +36,20 @@ def retry_later(ctx, payload):
     raise Retry("gateway busy", delay_s=payload.get("delay_s", 0), code="busy")
 
 
+@kind("tests.snooze", max_attempts=1)
+def snooze(ctx, payload):
+    """Snoozes `seconds` (a number, or a string turned into a float) until it has snoozed `times`."""
+    if ctx.job.snoozes < payload.get("times", 1):
+        seconds = payload.get("seconds", 0)
+        ctx.snooze(float(seconds) if isinstance(seconds, str) else seconds, "not yet")
+    return {"attempt": ctx.attempt, "snoozes": ctx.job.snoozes}
+
+
+@kind("tests.slow_backoff", max_attempts=3, backoff_base_s=600)
+def slow_backoff(ctx, payload):
+    ctx.wait(payload.get("seconds", 0))
+
+
 @kind("tests.sleep_for", max_attempts=3)
 def sleep_for(ctx, payload):
     """Sleeps cooperatively: returns early (and the engine records why) when asked to stop."""
@@ -74,7 +88,8 @@ def unique(ctx, payload):
     return payload
 
 
-@kind("tests.ledger", max_attempts=5)
+# No backoff: the recovery tests time how soon a rescued attempt runs again.
+@kind("tests.ledger", max_attempts=5, backoff_base_s=0)
 def ledger(ctx, payload):
     """Append start and commit lines to a ledger file, for recovery tests across processes.
 

@@ -66,3 +66,10 @@ def exits_on_the_first_attempt(context):
     if context.attempt == 1:
         sys.exit("the first attempt exits")
     return context.attempt
+
+
+@task
+def snooze_for(seconds):
+    from jobs.exceptions import Snooze
+
+    raise Snooze(seconds, "come back later")

@@ -21,7 +21,7 @@ FAST = {
     "JOBS_SHUTDOWN_GRACE_SECONDS": "2",
     "JOBS_PROGRESS_INTERVAL_SECONDS": "0",
 }
-RECOVERY_BOUND_S = 3 + 1 + 0.5  # lease + rescue interval + poll
+RECOVERY_BOUND_S = 3 + 1 + 0.5  # lease + rescue interval + poll (+ backoff: tests.ledger has none)
 
 
 @pytest.fixture

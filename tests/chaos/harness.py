@@ -67,8 +67,11 @@ class Timings:
 
     @property
     def recovery_bound_s(self):
-        """The documented bound: a dead worker's jobs run again within lease + rescue + poll."""
-        return self.lease_s + self.rescue_s + self.poll_s
+        """The documented bound: a dead worker's jobs run again within lease + rescue + poll
+        + the kind's backoff (the chaos kinds' longest)."""
+        from tests.chaos.kinds import BACKOFF_MAX_S
+
+        return self.lease_s + self.rescue_s + self.poll_s + BACKOFF_MAX_S
 
     # The CV fleet's clock: a dead CV worker's messages go back after the TTL.
     cv_heartbeat_s: float = 1

@@ -110,16 +110,19 @@ def run_elsewhere(ctx, payload):
     raise AssertionError("chaos.cv jobs run on CV workers (tests/chaos/cvkinds.py), not here")
 
 
+# A retry, and a rescue, waits at most this long (the recovery bound adds it).
+BACKOFF_MAX_S = 2
+
 PROCESS_OPTIONS = {"stall_timeout_s": 10, "kill_grace_s": 1, "poll_interval_s": 0.1}
 
 KINDS = {
     INLINE: {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff_base_s": 0.2,
-             "backoff_max_s": 2, "concurrency_keys": _keys, "default_limits": {"*": 1}},
+             "backoff_max_s": BACKOFF_MAX_S, "concurrency_keys": _keys, "default_limits": {"*": 1}},
     PROCESS: {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff_base_s": 0.2,
-              "backoff_max_s": 2, "concurrency_keys": _keys, "default_limits": {"*": 1},
+              "backoff_max_s": BACKOFF_MAX_S, "concurrency_keys": _keys, "default_limits": {"*": 1},
               "mode": "process", "options": PROCESS_OPTIONS},
     CV: {"queue": QUEUE, "max_attempts": MAX_ATTEMPTS, "backoff_base_s": 0.2,
-         "backoff_max_s": 2, "concurrency_keys": _keys, "default_limits": {"*": 1},
+         "backoff_max_s": BACKOFF_MAX_S, "concurrency_keys": _keys, "default_limits": {"*": 1},
          "mode": "redis", "options": {"cv_type": CV_TYPE}, "ingest": ingest},
 }
 

@@ -13,7 +13,8 @@ from jobs.models import ConcurrencyLimit, Job, JobEvent, JobStatus, Queue, Worke
 pytestmark = pytest.mark.django_db
 
 ALL_KINDS = ["tests.noop", "tests.echo", "tests.limited", "tests.unique", "tests.sleep_for",
-             "tests.fail_value_error", "tests.fail_permanent", "tests.retry_later"]
+             "tests.fail_value_error", "tests.fail_permanent", "tests.retry_later",
+             "tests.slow_backoff"]
 
 
 def make_worker(name="w1"):
@@ -193,6 +194,19 @@ def test_rescue_requeues_only_expired_leases_and_spends_the_attempt():
     assert rescued.status == JobStatus.READY and rescued.attempts == 1
     assert rescued.lease_token is None
     assert rescued.events.get().kind == "rescued"
+
+
+def test_a_rescued_job_waits_out_its_kinds_backoff_like_any_failed_attempt():
+    job = services.enqueue("tests.slow_backoff", {})  # backoff from 600 s, full jitter
+    claim(make_worker())
+    Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+    before = timezone.now()
+    assert services.rescue_expired() == [job.pk]
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.error_code) == (JobStatus.READY, 1, "lease_expired")
+    # Attempt 1's backoff is drawn from 300..600 s: not claimable now.
+    assert row.run_after >= before + timezone.timedelta(seconds=299)
+    assert claim(make_worker("w2")) == []
 
 
 def test_rescue_fails_a_job_whose_attempts_are_spent():

@@ -85,6 +85,41 @@ def test_fingerprint_decides_whether_a_finished_job_runs_again():
     assert changed.fingerprint == "v2"
 
 
+def test_new_data_for_a_queued_job_updates_its_fingerprint_and_resets_its_attempts():
+    job = services.enqueue("tests.unique", {"key": "k3", "data": "v1"})
+    # A retry waiting out its backoff: two attempts spent on the old data.
+    Job.objects.filter(pk=job.pk).update(attempts=2)
+    again = services.enqueue("tests.unique", {"key": "k3", "data": "v2"})
+    assert again.pk == job.pk
+    assert (again.status, again.fingerprint, again.attempts) == (JobStatus.READY, "v2", 0)
+    # The same data again, or none named, changes nothing.
+    Job.objects.filter(pk=job.pk).update(attempts=1)
+    services.enqueue("tests.unique", {"key": "k3", "data": "v2"})
+    services.enqueue("tests.unique", {"key": "k3"}, fingerprint="")
+    row = Job.objects.get(pk=job.pk)
+    assert (row.fingerprint, row.attempts) == ("v2", 1)
+    assert Job.objects.count() == 1
+
+
+def test_new_data_for_a_paused_job_updates_its_fingerprint_and_keeps_its_attempts():
+    job = services.enqueue("tests.unique", {"key": "k4", "data": "v1"})
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED, attempts=1)
+    again = services.enqueue("tests.unique", {"key": "k4", "data": "v2"})
+    assert (again.pk, again.status, again.fingerprint, again.attempts) == (
+        job.pk, JobStatus.PAUSED, "v2", 1)
+
+
+def test_a_running_job_keeps_its_fingerprint_so_new_data_runs_after_it():
+    job = services.enqueue("tests.unique", {"key": "k5", "data": "v1"})
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING, attempts=1)
+    again = services.enqueue("tests.unique", {"key": "k5", "data": "v2"}, priority=5)
+    # Its attempt read v1: it must not finish looking as if it had worked from v2.
+    assert (again.pk, again.fingerprint, again.attempts, again.priority) == (job.pk, "v1", 1, 5)
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.SUCCESSFUL)
+    rerun = services.enqueue("tests.unique", {"key": "k5", "data": "v2"})
+    assert rerun.pk != job.pk and rerun.fingerprint == "v2"
+
+
 def test_supersede_cancels_ready_jobs_for_other_subjects(user):
     old = services.enqueue("tests.unique", {"key": "subject-a"}, owner=user)
     keep_running = services.enqueue("tests.unique", {"key": "subject-b"}, owner=user)

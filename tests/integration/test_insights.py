@@ -14,7 +14,9 @@ from insights import conf, selectors, services
 from insights.models import Insight, InsightKind
 from jobs import services as jobs
 from jobs.models import Job, JobStatus
+from jobs.worker import Worker
 from tests.gateway import FakeGateway, Reply
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,7 +107,7 @@ def test_the_gap_between_generations_is_respected(user, gateway, run_worker):
     assert all(later - earlier >= 0.9 for earlier, later in zip(starts, starts[1:], strict=False))
 
 
-def test_a_429_is_retried_after_the_gateways_retry_after(user, gateway, run_worker):
+def test_a_429_snoozes_until_the_gateways_retry_after(user, gateway, run_worker):
     gateway.queue(Reply(status=429, headers={"Retry-After": "120"}, message="slow down"))
     insight = ask(user, make_asset(user, "Busy"))
     before = timezone.now()
@@ -113,12 +115,27 @@ def test_a_429_is_retried_after_the_gateways_retry_after(user, gateway, run_work
     after = timezone.now()
     job = job_of(insight)
     assert job.status == JobStatus.READY and job.error_code == "rate_limited"
-    assert job.attempts == 1
+    assert (job.attempts, job.snoozes) == (0, 1)  # a busy gateway spends none of the three
     slack = timedelta(seconds=1)
     assert before + timedelta(seconds=120) - slack <= job.run_after <= after + timedelta(seconds=120) + slack
     state = selectors.insight_state(Insight.objects.get(pk=insight.pk))
     assert (state.status, state.waiting_code) == ("ready", "scheduled")
     assert len(gateway.requests) == 1
+
+
+def test_a_busy_gateway_does_not_use_up_an_insights_attempts(user, gateway, run_worker, settings):
+    settings.INSIGHTS_MAX_ATTEMPTS = 1  # a 429 that spent an attempt would fail it
+    gateway.queue(Reply(status=429, headers={"Retry-After": "2"}, message="slow down"))
+    insight = ask(user, make_asset(user, "Busy then fine"))
+    run(run_worker)
+    assert job_of(insight).status == JobStatus.READY
+    assert wait_until(lambda: job_of(insight).run_after <= timezone.now(), timeout=10)
+    run(run_worker)
+    job = job_of(insight)
+    assert (job.status, job.attempts, job.snoozes) == (JobStatus.SUCCESSFUL, 1, 1)
+    assert Insight.objects.get(pk=insight.pk).text == "Generated text #2."
+    first, second = gateway.requests
+    assert second.started_at - first.started_at >= 1.9  # it waited what the gateway asked
 
 
 def test_a_400_fails_at_once_with_the_gateways_message(user, gateway, run_worker):
@@ -202,7 +219,7 @@ def test_a_pruned_job_does_not_make_a_fresh_insight_run_again(user, gateway, run
     assert not Job.objects.exists()
 
 
-def test_a_given_up_insight_is_rearmed_only_after_its_cooldown(user, gateway, run_worker):
+def test_a_given_up_insight_is_rearmed_when_asked_for_after_its_cooldown(user, gateway, run_worker):
     gateway.queue(Reply(status=400, message="bad request"))
     asset = make_asset(user, "Cooling")
     job = job_of(ask(user, asset))
@@ -216,13 +233,21 @@ def test_a_given_up_insight_is_rearmed_only_after_its_cooldown(user, gateway, ru
 
     cooldown = conf.retry_after_s()
     Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(seconds=cooldown - 5))
-    assert jobs.rearm_after_cooldown() == []
+    assert ask(user, asset).status == "failed"
     Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(seconds=cooldown + 5))
-    assert jobs.rearm_after_cooldown() == [job.pk]
+    # Past it, nothing happens by itself (the reaper re-runs no given-up job)...
+    Worker(queues=[conf.QUEUE]).reap()
+    run(run_worker)
+    assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED
+    # ...but asking again re-arms the same job, attempts from 0.
+    again = ask(user, asset)
+    assert (again.job_id, again.status) == (job.pk, "ready")
     job.refresh_from_db()
-    assert (job.status, job.attempts) == (JobStatus.READY, 0)
+    assert (job.status, job.attempts, job.finished_at) == (JobStatus.READY, 0, None)
+    assert job.events.filter(kind="rearmed").count() == 1
     run(run_worker)
     assert Insight.objects.get(owner=user).text == "Generated text #2."
+    assert Job.objects.filter(kind="insights.video_summary").count() == 1
 
 
 def test_retry_failed_requeues_at_once_skipping_the_cooldown(user, alice_client, gateway, run_worker):
@@ -302,3 +327,40 @@ def test_shot_notes_say_they_are_not_available_without_shots(user, alice_client)
                                  content_type="application/json")
     assert response.status_code == 404
     assert not Job.objects.exists()
+
+
+# --- Fencing ---------------------------------------------------------------------------
+
+
+def test_a_stale_worker_cannot_overwrite_the_insight_once_its_lease_moved_on(user, offline):
+    from jobs import claiming, execution
+    from jobs.context import JobContext
+    from jobs.models import Worker as WorkerRow
+
+    insight = ask(user, make_asset(user, "Fenced"))
+    kinds = [services.job_kind(SUMMARY)]
+
+    def claim(name):
+        worker = WorkerRow.objects.create(name=name, host="h", pid=1)
+        [job] = claiming.claim(worker, queues=[conf.QUEUE], kinds=kinds, limit=1)
+        return job
+
+    stale = claim("frozen")
+    # Its worker froze past the lease: the job is rescued and another attempt takes it.
+    Job.objects.filter(pk=stale.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert jobs.rescue_expired() == [stale.pk]
+    Job.objects.filter(pk=stale.pk).update(run_after=timezone.now())
+    fresh = claim("survivor")
+    assert execution.run_handler(fresh, JobContext(fresh))[0] == "ok"
+    written = Insight.objects.get(pk=insight.pk)
+    assert written.status == "successful" and written.text
+
+    # The frozen worker wakes and finishes its generation: it writes nothing.
+    Insight.objects.filter(pk=insight.pk).update(text="written by the attempt holding the lease")
+    ctx = JobContext(stale)
+    outcome, value = execution.run_handler(stale, ctx)
+    assert (outcome, type(value).__name__, ctx.stop_reason) == ("error", "LeaseLost", "lease_lost")
+    execution.settle(stale, ctx, outcome, value)
+    assert Insight.objects.get(pk=insight.pk).text == "written by the attempt holding the lease"
+    job = Job.objects.get(pk=stale.pk)
+    assert (job.status, job.lease_token, job.attempts) == (JobStatus.RUNNING, fresh.lease_token, 2)

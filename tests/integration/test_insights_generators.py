@@ -9,7 +9,7 @@ import pytest
 from insights import generators
 from insights.models import InsightKind
 from insights.templatetags.insights_tags import span
-from jobs.exceptions import Fail, Retry
+from jobs.exceptions import Fail, Retry, Snooze
 
 
 def answer(status, *, json=None, text=None, headers=None):
@@ -58,12 +58,33 @@ def test_a_4xx_fails_with_the_gateways_message(body):
     assert "model not found" in str(failure.value) and failure.value.code == "gateway_refused"
 
 
-def test_429_and_5xx_are_retried_with_retry_after():
-    with pytest.raises(Retry) as busy:
-        generators._answer(answer(429, json={}, headers={"Retry-After": "30"}))
-    assert (busy.value.delay_s, busy.value.code) == (30.0, "rate_limited")
+@pytest.mark.parametrize("status,header,seconds", [
+    (429, "30", 30.0), (429, None, generators.RATE_LIMIT_SNOOZE_S),
+    (429, "soon", generators.RATE_LIMIT_SNOOZE_S), (429, "0", generators.MIN_SNOOZE_S),
+    (429, "1e9", generators.MAX_RETRY_AFTER_S), (503, "2", 2.0),
+    (503, "-7", generators.MIN_SNOOZE_S),
+])
+def test_busy_answers_snooze_for_the_retry_after(status, header, seconds):
+    headers = {"Retry-After": header} if header is not None else {}
+    with pytest.raises(Snooze) as busy:
+        generators._answer(answer(status, json={}, headers=headers))
+    assert busy.value.seconds == seconds
+    assert busy.value.code == ("rate_limited" if status == 429 else "gateway_busy")
+
+
+def test_a_503_until_an_http_date_snoozes_until_then():
+    header = email.utils.formatdate(time.time() + 90, usegmt=True)
+    with pytest.raises(Snooze) as busy:
+        generators._answer(answer(503, json={}, headers={"Retry-After": header}))
+    assert 85 <= busy.value.seconds <= 91
+
+
+@pytest.mark.parametrize("status,headers", [
+    (502, {}), (500, {}), (503, {}), (503, {"Retry-After": "whenever"}), (503, {"Retry-After": "nan"}),
+])
+def test_other_server_errors_are_retried_with_backoff(status, headers):
     with pytest.raises(Retry) as broken:
-        generators._answer(answer(502, text="bad gateway"))
+        generators._answer(answer(status, text="bad gateway", headers=headers))
     assert (broken.value.delay_s, broken.value.code) == (None, "gateway_error")
     assert "bad gateway" in str(broken.value)
 

@@ -56,6 +56,26 @@ def test_only_finished_jobs_past_the_age_go_with_their_events():
     assert JobEvent.objects.filter(job_id__in=[recent, *live]).count() == 4
 
 
+def test_a_failed_job_of_a_kind_with_a_cooldown_is_pruned_once_past_the_age():
+    from jobs import registry
+    from jobs.worker import Worker
+
+    registry.register("tests.cooling", lambda ctx, payload: None, cooldown_s=1800,
+                      unique_key=lambda payload, owner: "cooling")
+    try:
+        row = services.enqueue("tests.cooling", {})
+        Job.objects.filter(pk=row.pk).update(status=JobStatus.FAILED,
+                                             finished_at=timezone.now() - timedelta(days=40))
+        # The reaper leaves it given up: nothing refreshes its finished_at...
+        Worker().reap()
+        assert Job.objects.get(pk=row.pk).status == JobStatus.FAILED
+        # ...so the history pruning removes it like any other old job.
+        assert prune.prune_finished(timedelta(days=30)).jobs == 1
+        assert not Job.objects.filter(pk=row.pk).exists()
+    finally:
+        registry.unregister("tests.cooling")
+
+
 def test_pruning_goes_in_batches_oldest_first():
     ids = [job(JobStatus.SUCCESSFUL, finished_days_ago=40 + i) for i in range(5)]
     result = prune.prune_finished(timedelta(days=30), batch_size=2)
