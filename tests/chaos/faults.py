@@ -241,10 +241,11 @@ def stall_redis(run, seconds):
 
 
 def wait_for_a_transfer(run, timeout_s):
-    """Wait until some download is writing a partial file under MEDIA_ROOT/staging (or time out)."""
+    """Wait until some download is writing a partial file under MEDIA_ROOT/staging (or time
+    out, or the run's fault window closes)."""
     staging = run.media_root / "staging"
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not run.stop_faults.is_set():
         if any(_has_bytes(f) for f in staging.glob("*/*")):
             return True
         time.sleep(0.05)

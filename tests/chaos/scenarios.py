@@ -233,13 +233,17 @@ class DownloadKill(DownloadScenario):
     description = ("real downloads (yt-dlp children) from a loopback origin; SIGKILL a random "
                    "worker or a random child in turn")
     allowed_failures = KILLED_ATTEMPTS
-    pause_s = (2.0, 3.0)
+    pause_s = (1.0, 2.0)  # after the wait for a transfer below
 
     def inject(self, run):
+        # Mid-transfer is the point. Without waiting for one, a short run whose
+        # downloads come quickly can land its kills between transfers, where
+        # there is no child to kill and nothing to lose.
+        faults.wait_for_a_transfer(run, timeout_s=5.0)
         if run.rng.random() < 0.5:
             faults.kill_worker(run)
-        else:
-            faults.kill_child(run)
+        elif faults.kill_child(run) is None:
+            faults.kill_worker(run)  # the transfer ended meanwhile: its worker's turn
 
 
 class DiskFull(DownloadScenario):

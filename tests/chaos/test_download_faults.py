@@ -16,7 +16,9 @@ SMALL = {"workers": 3, "concurrency": 4, "duration_s": 6}
 
 
 def test_killed_workers_and_children_leave_no_asset_downloading_and_no_staging_files(chaos):
-    report = chaos(scenarios.DownloadKill(downloads=20), **SMALL)
+    # Two seconds longer: the first transfer starts only once a child has
+    # imported yt-dlp, and each kill waits for one.
+    report = chaos(scenarios.DownloadKill(downloads=20), **{**SMALL, "duration_s": 8})
     assert sum(report.faults.values()) >= 2, report.describe()
     report.require_ok()
 
