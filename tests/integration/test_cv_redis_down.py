@@ -7,8 +7,6 @@ fails the way it does when the server is down (connection refused).
 import socket
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.test import Client
 
 from downloads import services
 from downloads.models import Download, MediaAsset, Shot
@@ -33,18 +31,6 @@ def dead_redis(settings, tmp_path):
     redisconn._clients.clear()
     yield settings.REDIS_URL
     redisconn._clients.clear()
-
-
-@pytest.fixture
-def owner(db):
-    return get_user_model().objects.create_user("vera")
-
-
-@pytest.fixture
-def client_of(owner):
-    client = Client()
-    client.force_login(owner)
-    return client
 
 
 @pytest.fixture

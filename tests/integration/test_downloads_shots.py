@@ -37,18 +37,6 @@ def local_mode(settings, tmp_path):
 
 
 @pytest.fixture
-def owner(db):
-    return get_user_model().objects.create_user("vera")
-
-
-@pytest.fixture
-def client_of(owner):
-    client = Client()
-    client.force_login(owner)
-    return client
-
-
-@pytest.fixture
 def video(local_mode, owner):
     """A finished download of the four-shot sample (cuts at 5, 10 and 15 s)."""
     download = services.download_submit(owner=owner, url="https://videos.example.com/shots.mp4")

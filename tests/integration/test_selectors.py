@@ -81,42 +81,44 @@ def test_up_next_order_equals_claim_order(specs):
     assert len(claimed) == len(specs)
 
 
-def test_cooldown_rearms_a_failed_job_asked_for_again_with_attempts_reset(settings):
+@pytest.fixture
+def cooling():
+    """Registers `tests.cooling` (one job at a time, two attempts) with the cool-down asked for."""
     from jobs import registry
+
+    def register(cooldown_s):
+        registry.register("tests.cooling", lambda ctx, payload: None, cooldown_s=cooldown_s,
+                          max_attempts=2, unique_key=lambda payload, owner: "cooling")
+
+    yield register
+    registry.unregister("tests.cooling")
+
+
+def test_cooldown_rearms_a_failed_job_asked_for_again_with_attempts_reset(cooling):
     from jobs.worker import Worker as Reaper
 
-    registry.register("tests.cooling", lambda ctx, payload: None, cooldown_s=60, max_attempts=2,
-                      unique_key=lambda payload, owner: "cooling")
-    try:
-        job = services.enqueue("tests.cooling", {})
-        Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, attempts=2,
-                                             finished_at=timezone.now() - timezone.timedelta(seconds=30))
-        # Before the cool-down, asking again returns the failed job as it is.
-        assert services.enqueue("tests.cooling", {}).status == JobStatus.FAILED
-        Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timezone.timedelta(seconds=61))
-        # The reaper re-arms nothing: only a request does.
-        Reaper().reap()
-        assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED
-        again = services.enqueue("tests.cooling", {}, priority=5)
-        assert again.pk == job.pk
-        row = Job.objects.get(pk=job.pk)
-        assert (row.status, row.attempts, row.priority) == (JobStatus.READY, 0, 5)
-        assert Job.objects.count() == 1
-    finally:
-        registry.unregister("tests.cooling")
+    cooling(60)
+    job = services.enqueue("tests.cooling", {})
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, attempts=2,
+                                         finished_at=timezone.now() - timezone.timedelta(seconds=30))
+    # Before the cool-down, asking again returns the failed job as it is.
+    assert services.enqueue("tests.cooling", {}).status == JobStatus.FAILED
+    Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timezone.timedelta(seconds=61))
+    # The reaper re-arms nothing: only a request does.
+    Reaper().reap()
+    assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED
+    again = services.enqueue("tests.cooling", {}, priority=5)
+    assert again.pk == job.pk
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.priority) == (JobStatus.READY, 0, 5)
+    assert Job.objects.count() == 1
 
 
-def test_staff_retry_of_failed_jobs_skips_the_cooldown(settings):
-    from jobs import registry
-
-    registry.register("tests.cooling", lambda ctx, payload: None, cooldown_s=3600, max_attempts=2,
-                      unique_key=lambda payload, owner: "cooling")
-    try:
-        job = services.enqueue("tests.cooling", {})
-        Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, attempts=2,
-                                             finished_at=timezone.now())
-        assert services.retry_matching(Job.objects.all()) == (1, 0)
-        row = Job.objects.get(pk=job.pk)
-        assert (row.status, row.attempts) == (JobStatus.READY, 0)
-    finally:
-        registry.unregister("tests.cooling")
+def test_staff_retry_of_failed_jobs_skips_the_cooldown(cooling):
+    cooling(3600)
+    job = services.enqueue("tests.cooling", {})
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, attempts=2,
+                                         finished_at=timezone.now())
+    assert services.retry_matching(Job.objects.all()) == (1, 0)
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts) == (JobStatus.READY, 0)
