@@ -176,6 +176,12 @@ def _enqueue_one(job, supersede):
     return Job.objects.get(pk=job_id)
 
 
+# A finished job run again from the start (a staff retry, a re-arm after the
+# cool-down): what its last attempts left on the row is cleared.
+_FRESH_START = dict(status=JobStatus.READY, attempts=0, snoozes=0, finished_at=None, error="",
+                    error_code="", progress=None, phase="", progress_message="")
+
+
 def _rearm_on_demand(failed, asked, cooldown_s):
     """A given-up job asked for again: itself while it cools down, READY again (attempts 0) after.
 
@@ -189,9 +195,8 @@ def _rearm_on_demand(failed, asked, cooldown_s):
     try:
         with transaction.atomic():
             if Job.objects.filter(pk=failed.pk, status=JobStatus.FAILED).update(
-                status=JobStatus.READY, attempts=0, snoozes=0, run_after=asked.run_after,
-                finished_at=None, priority=max(failed.priority, asked.priority),
-                error="", error_code="", progress=None, phase="", progress_message="",
+                run_after=asked.run_after, priority=max(failed.priority, asked.priority),
+                **_FRESH_START,
             ):
                 JobEvent.objects.create(job_id=failed.pk, kind=JobEvent.Kind.REARMED,
                                         reason=_("Asked for again after its cool-down."),
@@ -437,17 +442,23 @@ def requeue(job, *, reason, delay_s=0, code=None):
     """
     reason = str(reason)
     noted = {"error": reason, "error_code": code} if code else {}
+    return _hand_back(job, delay_s, JobEvent.Kind.REQUEUED, reason, attempt=job.attempts,
+                      data={"code": code} if code else {}, **noted)
+
+
+def _hand_back(job, delay_s, event, reason, *, attempt, data, **fields):
+    """RUNNING → READY `delay_s` from now under this attempt's lease, the attempt given back."""
     with transaction.atomic():
         changed = _running(job.pk, job.lease_token).update(
             status=JobStatus.READY,
             attempts=F("attempts") - 1,
             run_after=Now() + timedelta(seconds=delay_s),
-            **noted,
+            **fields,
             **_end_lease(),
         )
         if changed:
-            JobEvent.objects.create(job_id=job.pk, kind=JobEvent.Kind.REQUEUED, reason=reason,
-                                    attempt=job.attempts, data={"code": code} if code else {})
+            JobEvent.objects.create(job_id=job.pk, kind=event, reason=reason, attempt=attempt,
+                                    data=data)
             release_keys(job.concurrency_keys)
             _notify(job.queue)
     return bool(changed)
@@ -468,23 +479,9 @@ def snooze(job, *, delay_s, reason="", code="snoozed"):
         return fail(job, error=_("Asked to snooze again after %(n)d snoozes, the most a job may "
                                  "take (JOBS_MAX_SNOOZES); given up.") % {"n": job.snoozes},
                     code="snoozed_too_often", retry=False)
-    with transaction.atomic():
-        changed = _running(job.pk, job.lease_token).update(
-            status=JobStatus.READY,
-            attempts=F("attempts") - 1,
-            snoozes=F("snoozes") + 1,
-            run_after=Now() + timedelta(seconds=delay),
-            error=reason,
-            error_code=code,
-            **_end_lease(),
-        )
-        if changed:
-            JobEvent.objects.create(job_id=job.pk, kind=JobEvent.Kind.SNOOZED, reason=reason,
-                                    attempt=job.attempts - 1,
-                                    data={"code": code, "seconds": delay, "snoozes": job.snoozes + 1})
-            release_keys(job.concurrency_keys)
-            _notify(job.queue)
-    return bool(changed)
+    return _hand_back(job, delay, JobEvent.Kind.SNOOZED, reason, attempt=job.attempts - 1,
+                      data={"code": code, "seconds": delay, "snoozes": job.snoozes + 1},
+                      snoozes=F("snoozes") + 1, error=reason, error_code=code)
 
 
 def acknowledge_stop(job, *, reason=""):
@@ -656,8 +653,7 @@ def retry(job, *, actor=None, reason=""):
         with transaction.atomic():
             changed = Job.objects.filter(
                 pk=job.pk, status__in=[JobStatus.FAILED, JobStatus.CANCELLED]
-            ).update(status=JobStatus.READY, attempts=0, snoozes=0, run_after=Now(), finished_at=None,
-                     error="", error_code="", progress=None, phase="", progress_message="")
+            ).update(run_after=Now(), **_FRESH_START)
             if not changed:
                 raise IllegalTransition(_("Only a failed or cancelled job can be retried."))
             _event(job.pk, JobEvent.Kind.RETRIED, actor, reason)
