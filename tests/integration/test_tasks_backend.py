@@ -72,12 +72,12 @@ def test_a_failing_task_records_the_exception_and_retries_append_worker_ids(run_
     (tasks.interrupts, KeyboardInterrupt, "KeyboardInterrupt: interrupted by the task itself\n"),
 ], ids=["sys.exit", "KeyboardInterrupt"])
 def test_a_task_raising_a_base_exception_fails_with_its_traceback_and_its_executor_goes_on(
-        run_worker, failing, exception, last_line):
+        run_worker, failing, exception, last_line, caplog):
     failed = failing.enqueue()
     after = tasks.add.enqueue(2, 3)
     # One slot: the job behind it runs only if the first one's attempt ended
-    # and gave its slot back; one executor thread for both shows it survived.
-    worker = run_worker(concurrency=1)
+    # and gave its slot back.
+    run_worker(concurrency=1)
     result = default_task_backend.get_result(failed.id)
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[-1].exception_class is exception
@@ -85,7 +85,10 @@ def test_a_task_raising_a_base_exception_fails_with_its_traceback_and_its_execut
     job = Job.objects.get(public_id=failed.id)
     assert (job.worker_id, job.lease_token, job.lease_expires_at) == (None, None, None)
     assert tasks.add.get_result(after.id).return_value == 5
-    assert len(worker.executors) == 1
+    # The attempt recorded the exception itself: none reached the executor's
+    # last-resort catch. (Counting executor threads would race: the freed slot
+    # can be claimed again before the thread counts itself idle.)
+    assert not [r for r in caplog.records if "crashed its executor" in r.getMessage()]
 
 
 def test_a_sys_exit_spends_an_attempt_and_is_retried_like_any_exception(run_worker):
