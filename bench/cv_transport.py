@@ -56,7 +56,7 @@ def main():
         "MEDIA_ROOT": str(folder / "media"),
         "REDIS_URL": f"redis://127.0.0.1:{port}/0",
         "CV_REDIS_PREFIX": "bench",
-        "HAULAGE_CV_HANDLER_MODULES": "tests.cv_handlers",
+        "JOBS_HANDLER_MODULES": "tests.cv_handlers",
         "LOG_LEVEL": "WARNING",
     }
     os.environ.update(env)

@@ -32,7 +32,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from jobs import admin_views, claiming, registry, selectors, services
+from jobs import admin_views, claiming, registry, scheduler, selectors, services
 from jobs.exceptions import IllegalTransition, InvalidPriority
 from jobs.models import (
     CLAIM_ORDER,
@@ -632,7 +632,8 @@ class ConcurrencyLimitAdmin(admin.ModelAdmin):
         services.set_limit(obj.key, obj.limit)
 
 
-from jobs import admin_schedules  # noqa: E402,F401 - registers the Schedules list
+if scheduler.available():
+    from jobs import admin_schedules  # noqa: F401 - registers the Schedules list
 
 register_progress_words = admin_views.register_progress_words
 

@@ -1,14 +1,17 @@
 """Every knob of the engine, with its default and unit, in one place.
 
-Each is a Django setting of the same name, which an environment variable of
-the same name overrides (so `JOBS_LEASE_SECONDS=3 manage.py runworker` works
-without a settings file). Read them through `conf.X` at call time, never copy
-them at import: tests and staff change them while processes run.
+Each is a Django setting of the same name, read through `conf.X` at call
+time (never copied at import: tests and deploys change them). The engine
+reads nothing else; a project that takes them from the environment parses
+it in its settings module (Haulage's does, for every name here).
 """
 
-from django.conf import settings
+import re
+from datetime import timedelta
 
-from project import env
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext as _
 
 DEFAULTS = {
     # Leases and heartbeats (seconds).
@@ -34,7 +37,7 @@ DEFAULTS = {
     # Progress writes from handlers are throttled to one per this many seconds.
     "JOBS_PROGRESS_INTERVAL_SECONDS": 1.0,
     # Process-mode jobs (each kind may override these in its policy options).
-    "JOBS_STALL_TIMEOUT_SECONDS": 60.0,  # no liveness beat for this long = stalled
+    "JOBS_STALL_TIMEOUT_SECONDS": 60.0,  # no sign of life for this long = stalled
     "JOBS_WALL_CLOCK_CAP_SECONDS": 21600.0,  # an attempt never runs longer than this
     "JOBS_KILL_GRACE_SECONDS": 5.0,  # between TERM and KILL of the child's group
     "JOBS_SUPERVISOR_POLL_SECONDS": 0.25,  # how often the parent looks at its child
@@ -42,24 +45,59 @@ DEFAULTS = {
     "JOBS_EMBEDDED_CV_CONCURRENCY": 1,
     # A runworker waits this long for migrations before giving up.
     "JOBS_MIGRATION_WAIT_SECONDS": 600.0,
+    # The span the flow metrics (haulage_recent_*) describe.
+    "JOBS_METRICS_WINDOW_SECONDS": 600.0,
+    # The CV transport (Redis): heartbeats of CV workers, status and dedupe lifetimes.
+    "CV_HEARTBEAT_TTL_S": 15.0,  # a CV worker silent this long has its jobs returned
+    "CV_HEARTBEAT_INTERVAL_S": 5.0,
+    "CV_STATUS_TTL_S": 3600.0,
+    "CV_DEDUPE_TTL_S": 86400.0,  # how long a delivered attempt is remembered
+    "CV_MAX_MESSAGE_BYTES": 262144,
+    "CV_SHUTDOWN_GRACE_S": 30.0,  # a stopping CV worker lets running jobs finish this long
 }
 
-INT_SETTINGS = {"JOBS_DEFAULT_MAX_ATTEMPTS", "JOBS_MAX_SNOOZES", "JOBS_MAX_PAYLOAD_BYTES", "JOBS_MAX_PAYLOAD_DEPTH",
-                "JOBS_EMBEDDED_CV_CONCURRENCY"}
+# Numbers that must stay above 0 (the rest may be 0): a zero here would
+# make a loop spin or a key expire at once.
+MINIMUMS = {"JOBS_METRICS_WINDOW_SECONDS": 1, "CV_HEARTBEAT_TTL_S": 1, "CV_HEARTBEAT_INTERVAL_S": 0.1,
+            "CV_STATUS_TTL_S": 60, "CV_DEDUPE_TTL_S": 60, "CV_MAX_MESSAGE_BYTES": 1024}
+
+# Settings that are not numbers, with their defaults.
+OTHER_DEFAULTS = {
+    "JOBS_HANDLER_MODULES": [],  # modules that register kinds, besides each app's handlers/cvhandlers
+    "JOBS_QUEUES": {},  # starting settings of queues: {"insights": {"concurrency": 1, ...}}
+    "JOBS_PRUNE_AFTER": "30d",  # the default age of `prunejobs`
+    "METRICS_TOKEN": "",  # when set, /metrics wants `Authorization: Bearer <it>`
+    "REDIS_URL": "",  # the CV transport's Redis; empty: the embedded local mode
+    "CV_REDIS_PREFIX": "haulage",  # prefix of every Redis key
+}
 
 
 def __getattr__(name):
-    if name not in DEFAULTS:
-        raise AttributeError(name)
-    default = getattr(settings, name, DEFAULTS[name])
-    kind = int if name in INT_SETTINGS else float
-    return env.get_number(name, default, kind, minimum=0)
+    if name in DEFAULTS:
+        return number(name)
+    if name in OTHER_DEFAULTS:
+        return getattr(settings, name, OTHER_DEFAULTS[name])
+    raise AttributeError(name)
+
+
+def number(name):
+    """The setting `name` as a number of its default's type, at least its minimum."""
+    default = DEFAULTS[name]
+    value = getattr(settings, name, default)
+    minimum = MINIMUMS.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum \
+            or value != value:  # NaN
+        raise ImproperlyConfigured(
+            f"{name} must be a number of at least {minimum}, not {value!r}.")
+    return type(default)(value)
 
 
 def handler_modules():
-    """Extra modules that register kinds (JOBS_HANDLER_MODULES, comma-separated)."""
-    configured = getattr(settings, "JOBS_HANDLER_MODULES", [])
-    return env.get_list("JOBS_HANDLER_MODULES", configured)
+    """Modules that register kinds or CV handlers, besides each app's own (JOBS_HANDLER_MODULES)."""
+    modules = getattr(settings, "JOBS_HANDLER_MODULES", [])
+    if isinstance(modules, str):
+        modules = modules.split(",")
+    return [module.strip() for module in modules if module.strip()]
 
 
 def queue_defaults():
@@ -68,3 +106,27 @@ def queue_defaults():
     They seed the Queue rows once; staff's later edits in the admin win.
     """
     return dict(getattr(settings, "JOBS_QUEUES", {}))
+
+
+def prune_after():
+    """JOBS_PRUNE_AFTER as a timedelta: finished jobs older than this go with `prunejobs`."""
+    raw = getattr(settings, "JOBS_PRUNE_AFTER", OTHER_DEFAULTS["JOBS_PRUNE_AFTER"])
+    try:
+        return parse_age(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"JOBS_PRUNE_AFTER: {exc}") from None
+
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text):
+    """A duration like "30d", "12h", "90m", "45s" or "2w" as a timedelta; ValueError otherwise."""
+    match = _AGE.match(str(text))
+    if not match:
+        raise ValueError(
+            _("%(value)r is not an age; write a number and a unit: 90m, 12h, 30d (s, m, h, d, w).")
+            % {"value": text}
+        )
+    return timedelta(seconds=float(match[1]) * _UNIT_S[match[2].lower()])

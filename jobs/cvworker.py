@@ -40,7 +40,7 @@ from django.utils.module_loading import autodiscover_modules
 from django.utils.translation import gettext
 from redis.exceptions import RedisError
 
-from jobs import files, redisconn
+from jobs import conf, files, redisconn
 from jobs.transport import (
     Claim,
     CVConfig,
@@ -52,12 +52,9 @@ from jobs.transport import (
     parse_message,
     result_path,
 )
-from project import env
 
 logger = logging.getLogger(__name__)
 
-# Extra handler modules to import, comma-separated (tests and out-of-tree handlers).
-HANDLER_MODULES_ENV = "HAULAGE_CV_HANDLER_MODULES"
 REPORT_INTERVAL_S = 0.5  # status writes from report() at most ~2 per second
 CANCEL_CHECK_INTERVAL_S = 0.5  # should_stop() reads the cancel key at most this often
 BACKOFF_MAX_S = 2.0
@@ -95,9 +92,9 @@ def cv_handler(job_type, *, warmup=None):
 
 
 def discover_handlers():
-    """Import every installed app's `cvhandlers` module, and those named in HAULAGE_CV_HANDLER_MODULES."""
+    """Import every installed app's `cvhandlers` module, and those named in JOBS_HANDLER_MODULES."""
     autodiscover_modules("cvhandlers")
-    for name in env.get_list(HANDLER_MODULES_ENV):
+    for name in conf.handler_modules():
         import_module(name)
     return dict(_handlers)
 

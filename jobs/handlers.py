@@ -6,11 +6,11 @@ jobs.prune   delete finished jobs older than JOBS_PRUNE_AFTER (the `prunejobs` c
 
 from django.utils.translation import gettext_lazy as _
 
-from jobs import prune
+from jobs import conf, prune
 from jobs.registry import kind
 
 
 @kind("jobs.prune", label=_("Job history pruning"), unique_key=lambda payload, owner: "jobs.prune", max_attempts=3)
 def prune_history(ctx, payload):
-    pruned = prune.prune_finished(prune.prune_after())
+    pruned = prune.prune_finished(conf.prune_after())
     return {"jobs": pruned.jobs, "events": pruned.events, "batches": pruned.batches}

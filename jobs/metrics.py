@@ -23,7 +23,6 @@ import hmac
 import json
 from datetime import timedelta
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Subquery, Sum
@@ -38,9 +37,8 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from jobs import selectors, sql
+from jobs import conf, scheduler, selectors, sql
 from jobs.models import FINISHED_STATUSES, Job, JobEvent, JobStatus, Queue, Worker
-from project import env
 
 # Below this many rows every state is counted exactly; above it only the
 # states with a partial index are (a COUNT over millions of finished rows
@@ -50,17 +48,6 @@ EXACT_COUNT_ROWS = 200_000
 # table has no index on time, so the scan is bounded instead.
 EVENT_SCAN_ROWS = 50_000
 DURATION_BUCKETS_S = (1, 5, 15, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600)
-
-
-def window_s():
-    """JOBS_METRICS_WINDOW_SECONDS: the span the flow metrics describe."""
-    default = getattr(settings, "JOBS_METRICS_WINDOW_SECONDS", 600.0)
-    return env.get_number("JOBS_METRICS_WINDOW_SECONDS", default, float, minimum=1)
-
-
-def metrics_token():
-    """METRICS_TOKEN: when set, /metrics wants `Authorization: Bearer <it>`."""
-    return env.get_str("METRICS_TOKEN", getattr(settings, "METRICS_TOKEN", "") or "").strip()
 
 
 # --- Counts ----------------------------------------------------------------
@@ -227,7 +214,7 @@ class QueueCollector(Collector):
 
     def collect(self):
         now = timezone.now()
-        window = window_s()
+        window = conf.JOBS_METRICS_WINDOW_SECONDS
         since = now - timedelta(seconds=window)
         queue_rows = {row.name: row for row in Queue.objects.all()}
 
@@ -285,6 +272,11 @@ class QueueCollector(Collector):
                 family.add_metric([kind], n)
             yield family
 
+        if scheduler.available():
+            yield from self.schedules(now, since)
+
+    @staticmethod
+    def schedules(now, since):
         late = GaugeMetricFamily(
             "haulage_schedule_overdue_seconds",
             "How far past its time each enabled schedule is; growing means no scheduler is running.",
@@ -311,7 +303,7 @@ registry.register(QueueCollector())
 @never_cache
 def metrics_view(request):
     """Prometheus' text format; with METRICS_TOKEN set, only for `Authorization: Bearer <token>`."""
-    token = metrics_token()
+    token = conf.METRICS_TOKEN.strip()
     if token:
         scheme, _space, given = request.headers.get("Authorization", "").partition(" ")
         # Compared in constant time, so response timing does not leak the token.

@@ -9,17 +9,15 @@ a crash. Each stop records its reason as the job's error code.
 """
 
 import logging
-import os
 import sys
 
-from django.conf import settings
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from jobs import conf, registry, services
 from jobs.childside import Limits
 from jobs.models import Job, JobStatus
-from jobs.supervisor import Child, StopReason, WatchSettings, watch
+from jobs.supervisor import Child, StopReason, WatchSettings, python_env, watch
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +53,10 @@ def runner(worker):
         job, ctx = entry.job, entry.ctx
         policy = registry.get(job.kind).policy
         knobs = watch_settings(policy)
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "project.settings")}
         try:
             child = Child.spawn(
                 [sys.executable, "-m", "jobs.child", str(job.pk), str(job.lease_token)],
-                env=env, cwd=str(settings.BASE_DIR),
+                env=python_env(),
                 marker=f"job-{job.pk}-{job.lease_token}",
                 limits=Limits(**policy.options.get("limits", {})),
             )

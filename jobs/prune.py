@@ -11,12 +11,9 @@ Each batch is its own short transaction that locks only the rows it deletes
 the claim, a staff action or a retry for longer than one batch.
 """
 
-import re
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models, transaction
 from django.utils import timezone
@@ -24,32 +21,8 @@ from django.utils.translation import gettext as _
 
 from jobs import sql
 from jobs.models import FINISHED_STATUSES, Job, JobEvent
-from project import env
 
-DEFAULT_PRUNE_AFTER = "30d"
 BATCH_SIZE = 1000
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_age(text):
-    """A duration like "30d", "12h", "90m", "45s" or "2w" as a timedelta; ValueError otherwise."""
-    match = _AGE.match(str(text))
-    if not match:
-        raise ValueError(
-            _("%(value)r is not an age; write a number and a unit: 90m, 12h, 30d (s, m, h, d, w).")
-            % {"value": text}
-        )
-    return timedelta(seconds=float(match[1]) * _UNIT_S[match[2].lower()])
-
-
-def prune_after():
-    """JOBS_PRUNE_AFTER (setting, or the environment variable of that name), default 30d."""
-    raw = env.get_str("JOBS_PRUNE_AFTER", getattr(settings, "JOBS_PRUNE_AFTER", DEFAULT_PRUNE_AFTER))
-    try:
-        return parse_age(raw)
-    except ValueError as exc:
-        raise env.SettingsError(f"JOBS_PRUNE_AFTER: {exc}") from None
 
 
 def unsafe_relations(model=Job):

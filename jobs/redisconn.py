@@ -10,9 +10,10 @@ in-process fakeredis server: the embedded local mode that `make run` uses.
 import threading
 
 import redis
-from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from jobs import conf
 
 SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 2.0
@@ -26,7 +27,7 @@ _fake_server = None
 
 
 def is_local_mode():
-    return not settings.REDIS_URL
+    return not conf.REDIS_URL
 
 
 def build_client(url=None, *, decode_responses=True):
@@ -37,7 +38,7 @@ def build_client(url=None, *, decode_responses=True):
     removed by its exact value instead of failing inside the client.
     """
     global _fake_server
-    url = url if url is not None else settings.REDIS_URL
+    url = url if url is not None else conf.REDIS_URL
     common = dict(
         socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
@@ -72,7 +73,7 @@ def is_fake(client):
 
 def get_client():
     """The process's shared client (thread-safe: redis-py pools connections)."""
-    key = settings.REDIS_URL
+    key = conf.REDIS_URL
     if key not in _clients:
         _clients.setdefault(key, build_client())
     return _clients[key]

@@ -6,7 +6,8 @@ qcluster`) runs those firings. `runworker` starts one as a child process,
 restarts it with a back-off if it dies, and stops it when it stops, so
 `make run` stays one command. Several runworkers on several machines may each
 run one: a schedule's row is locked while it fires, so it fires once per
-period. `runworker --no-scheduler` leaves the role to a `qcluster` run apart.
+period. `runworker --no-scheduler` leaves the role to a `qcluster` run apart. A project
+without django-q2 has no schedules and no scheduler role.
 
 Parent side: `SchedulerRole`. Child side: `python -m jobs.scheduler <parent pid>`,
 which asks the kernel for a signal when the supervising thread dies (a
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 
-from django.conf import settings
+from jobs.supervisor import python_env
 
 log = logging.getLogger("jobs.scheduler")
 
@@ -31,6 +32,13 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 OWNER_ENV = "HAULAGE_SCHEDULER_OF"  # the runworker's pid, so its cluster can be found in /proc
 RESTART_DELAY_S = (1.0, 60.0)  # first and longest wait before starting a dead cluster again
 STEADY_S = 60.0  # a cluster that ran this long died of something new: restart it at once
+
+
+def available():
+    """Whether the project installs django-q2: the engine runs without it, with no schedules."""
+    from django.apps import apps
+
+    return apps.is_installed("django_q")
 
 
 class SchedulerRole:
@@ -72,7 +80,7 @@ class SchedulerRole:
             started = time.monotonic()
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "jobs.scheduler", str(os.getpid())],
-                env={**os.environ, OWNER_ENV: str(os.getpid())}, cwd=str(settings.BASE_DIR),
+                env=python_env({OWNER_ENV: str(os.getpid())}),
                 start_new_session=True,  # a terminal's Ctrl+C reaches runworker, which decides
             )
             log.info("scheduler started (pid %s)", self.proc.pid)
@@ -112,7 +120,6 @@ def main(argv):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
     if os.getppid() != parent:
         return 0  # the parent died before the request took effect
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     import django
 
     django.setup()

@@ -43,6 +43,7 @@ import secrets
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -147,6 +148,17 @@ class StopOutcome:
         if self.limit:
             return f"resource_limit: {self.limit} ({status})"
         return f"{self.reason}: {status}"
+
+
+def python_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for `python -m <this package's module>` as a child of this process.
+
+    It gets this process's import path, so it imports what we import (the
+    project, its settings module named by DJANGO_SETTINGS_MODULE) wherever
+    we were started from, and nothing of another checkout.
+    """
+    path = [os.path.abspath(entry or os.curdir) for entry in sys.path]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), **(extra or {})}
 
 
 class Child:

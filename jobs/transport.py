@@ -34,12 +34,10 @@ import re
 import time
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError, WatchError
 
-from jobs import redisconn
-from project import env
+from jobs import conf, redisconn
 
 logger = logging.getLogger(__name__)
 
@@ -98,14 +96,9 @@ class PoisonMessage(ValueError):
 # --- Settings ---------------------------------------------------------------
 
 
-def _number(name, default, kind=float, minimum=None):
-    value = getattr(settings, name, None)
-    return env.get_number(name, default, kind, minimum) if value is None else value
-
-
 @dataclass(frozen=True)
 class CVConfig:
-    """The CV transport's knobs: a Django setting wins, then the environment, then the default."""
+    """The CV transport's knobs (jobs/conf.py has each with its default and unit)."""
 
     prefix: str = "haulage"
     heartbeat_ttl_s: float = 15
@@ -118,13 +111,13 @@ class CVConfig:
     @classmethod
     def from_settings(cls):
         config = cls(
-            prefix=getattr(settings, "CV_REDIS_PREFIX", None) or env.get_str("CV_REDIS_PREFIX") or "haulage",
-            heartbeat_ttl_s=_number("CV_HEARTBEAT_TTL_S", 15, minimum=1),
-            heartbeat_interval_s=_number("CV_HEARTBEAT_INTERVAL_S", 5, minimum=0.1),
-            status_ttl_s=_number("CV_STATUS_TTL_S", 3600, minimum=60),
-            dedupe_ttl_s=_number("CV_DEDUPE_TTL_S", 86400, minimum=60),
-            max_message_bytes=_number("CV_MAX_MESSAGE_BYTES", 262144, int, minimum=1024),
-            shutdown_grace_s=_number("CV_SHUTDOWN_GRACE_S", 30, minimum=0),
+            prefix=conf.CV_REDIS_PREFIX or "haulage",
+            heartbeat_ttl_s=conf.CV_HEARTBEAT_TTL_S,
+            heartbeat_interval_s=conf.CV_HEARTBEAT_INTERVAL_S,
+            status_ttl_s=conf.CV_STATUS_TTL_S,
+            dedupe_ttl_s=conf.CV_DEDUPE_TTL_S,
+            max_message_bytes=conf.CV_MAX_MESSAGE_BYTES,
+            shutdown_grace_s=conf.CV_SHUTDOWN_GRACE_S,
         )
         config.check()
         return config

@@ -61,6 +61,17 @@ def get_number(name, default, kind=float, minimum=None):
     return value
 
 
+def get_numbers(defaults, minimums=None):
+    """{name: number} for each of `defaults` set in the environment, as the default's type.
+
+    For an app's numeric knobs declared with their defaults in one table (jobs/conf.py):
+    the ones the environment sets become settings of the same name.
+    """
+    minimums = minimums or {}
+    return {name: get_number(name, default, type(default), minimum=minimums.get(name, 0))
+            for name, default in defaults.items() if name in os.environ}
+
+
 def get_list(name, default=()):
     raw = os.environ.get(name)
     if raw is None:

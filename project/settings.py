@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.utils.translation import gettext_lazy as _
 
+from jobs import conf as jobs_conf
 from project import env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -103,7 +104,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # would keep its row locks, and with them every job of its concurrency
     # keys, until it woke. PostgreSQL ends such a session after half a lease,
     # so the recovery bound (lease + rescue interval + poll) holds.
-    _idle_ms = int(env.get_number("JOBS_LEASE_SECONDS", 30.0, minimum=1) * 500)
+    _idle_ms = int(env.get_number("JOBS_LEASE_SECONDS", jobs_conf.DEFAULTS["JOBS_LEASE_SECONDS"],
+                                  minimum=1) * 500)
     if "idle_in_transaction_session_timeout" not in _options.get("options", ""):
         _options["options"] = (
             _options.get("options", "") + f" -c idle_in_transaction_session_timeout={_idle_ms}"
@@ -111,6 +113,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- The queue -----------------------------------------------------------
+# jobs/conf.py names every knob of the engine with its default and unit. The
+# engine reads Django settings only; here each one set in the environment
+# becomes the setting of the same name.
+globals().update(env.get_numbers(jobs_conf.DEFAULTS, jobs_conf.MINIMUMS))
+JOBS_HANDLER_MODULES = env.get_list("JOBS_HANDLER_MODULES")
+JOBS_PRUNE_AFTER = env.get_str("JOBS_PRUNE_AFTER", jobs_conf.OTHER_DEFAULTS["JOBS_PRUNE_AFTER"])
+METRICS_TOKEN = env.get_str("METRICS_TOKEN").strip()
+CV_REDIS_PREFIX = env.get_str("CV_REDIS_PREFIX", jobs_conf.OTHER_DEFAULTS["CV_REDIS_PREFIX"])
+
 # Django's @task functions run on Haulage's engine (jobs/backend.py).
 TASKS = {
     "default": {

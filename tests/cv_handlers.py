@@ -1,6 +1,6 @@
 """Tiny CV handlers named for their behaviour, for the transport tests.
 
-Imported by the worker through HAULAGE_CV_HANDLER_MODULES=tests.cv_handlers,
+Imported by the worker through JOBS_HANDLER_MODULES=tests.cv_handlers,
 so no setting names them. Handlers that take a `ledger` path append one line
 per event ("start", "finish") with the job, attempt and pid: a file every
 process can append to, so a test can count how often a job really ran.

@@ -34,7 +34,7 @@ class WorkerProcess:
         environment.update({
             "REDIS_URL": url,
             "CV_REDIS_PREFIX": prefix,
-            "HAULAGE_CV_HANDLER_MODULES": "tests.cv_handlers",
+            "JOBS_HANDLER_MODULES": "tests.cv_handlers",
             "MEDIA_ROOT": str(folder / "media"),
             "CV_HEARTBEAT_TTL_S": str(HEARTBEAT_TTL_S),
             "CV_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_INTERVAL_S),

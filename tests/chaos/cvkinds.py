@@ -1,6 +1,6 @@
 """The CV side of `chaos.cv`: a CV handler that writes the chaos ledger.
 
-CV workers load it through HAULAGE_CV_HANDLER_MODULES=tests.chaos.cvkinds.
+CV workers load it through JOBS_HANDLER_MODULES=tests.chaos.cvkinds.
 The lines have the format of tests/chaos/kinds.py; the token is `cv<attempt>`
 (a CV worker knows no lease token) and pid and worker pid are both the CV
 worker's own, since its handlers run in threads.

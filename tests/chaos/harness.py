@@ -277,7 +277,7 @@ class Fleet:
         from tests.chaos import kinds
 
         env = {**self._env(), "DATABASE_URL": self.run.worker_database_url(slot),
-               "HAULAGE_CV_HANDLER_MODULES": "tests.chaos.cvkinds"}
+               "JOBS_HANDLER_MODULES": "tests.chaos.cvkinds"}
         with open(log_path, "w") as out:
             proc = subprocess.Popen(
                 [sys.executable, "manage.py", "runcvworker", "--concurrency",

@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
+from django.conf import settings as configured
 from django.db import connection
 from django.test import RequestFactory, override_settings
 from django.utils import timezone
@@ -115,13 +115,13 @@ def test_large_tables_count_live_states_exactly_and_estimate_the_rest(client, mo
     assert jobs[(("queue", "default"), ("state", "ready"))] == 1
 
 
-def test_without_a_token_configured_metrics_are_open(client, monkeypatch):
-    monkeypatch.delenv("METRICS_TOKEN", raising=False)
+def test_without_a_token_configured_metrics_are_open(client, settings):
+    settings.METRICS_TOKEN = ""
     scrape(client)
 
 
-def test_with_a_token_the_view_wants_it_as_a_bearer(monkeypatch):
-    monkeypatch.setenv("METRICS_TOKEN", "s3cret-metrics")
+def test_with_a_token_the_view_wants_it_as_a_bearer(settings):
+    settings.METRICS_TOKEN = "s3cret-metrics"
     factory = RequestFactory()
     for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong"},
                     {"HTTP_AUTHORIZATION": "Basic czNjcmV0LW1ldHJpY3M="},
@@ -136,23 +136,23 @@ def test_with_a_token_the_view_wants_it_as_a_bearer(monkeypatch):
     assert b"haulage_jobs" in response.content
 
 
-def test_with_a_token_an_anonymous_scrape_gets_401(client, monkeypatch):
-    monkeypatch.setenv("METRICS_TOKEN", "s3cret-metrics")
+def test_with_a_token_an_anonymous_scrape_gets_401(client, settings):
+    settings.METRICS_TOKEN = "s3cret-metrics"
     response = client.get("/metrics")
     assert response.status_code == 401
     assert b"haulage_jobs" not in response.content
 
 
-def test_the_bearer_token_passes_the_site_middleware(client, monkeypatch):
-    monkeypatch.setenv("METRICS_TOKEN", "s3cret-metrics")
+def test_the_bearer_token_passes_the_site_middleware(client, settings):
+    settings.METRICS_TOKEN = "s3cret-metrics"
     scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-metrics")
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
 
 
-@override_settings(MIDDLEWARE=[m for m in settings.MIDDLEWARE
+@override_settings(MIDDLEWARE=[m for m in configured.MIDDLEWARE
                                if m != "core.tokens.BearerTokenMiddleware"])
-def test_the_bearer_token_opens_the_scrape_through_the_rest_of_the_stack(client, monkeypatch):
-    monkeypatch.setenv("METRICS_TOKEN", "s3cret-metrics")
+def test_the_bearer_token_opens_the_scrape_through_the_rest_of_the_stack(client, settings):
+    settings.METRICS_TOKEN = "s3cret-metrics"
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
     scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-metrics")
 

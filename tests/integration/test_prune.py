@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection, models
 from django.utils import timezone
 
-from jobs import prune, services
+from jobs import conf, prune, services
 from jobs.models import Job, JobEvent, JobStatus
 
 pytestmark = pytest.mark.django_db
@@ -32,13 +32,13 @@ def job(status, *, finished_days_ago=None, enqueued_days_ago=60):
 @pytest.mark.parametrize("text,seconds", [("30d", 30 * 86400), ("12h", 43200), ("90m", 5400),
                                           ("45s", 45), ("2w", 14 * 86400), (" 1.5H ", 5400)])
 def test_ages_read_as_durations(text, seconds):
-    assert prune.parse_age(text) == timedelta(seconds=seconds)
+    assert conf.parse_age(text) == timedelta(seconds=seconds)
 
 
 @pytest.mark.parametrize("text", ["", "30", "d", "30 days", "-1d", "1y"])
 def test_other_ages_are_refused(text):
     with pytest.raises(ValueError):
-        prune.parse_age(text)
+        conf.parse_age(text)
 
 
 def test_only_finished_jobs_past_the_age_go_with_their_events():
@@ -97,13 +97,13 @@ def test_a_foreign_key_that_would_cascade_is_refused(monkeypatch):
     assert Job.objects.filter(pk=pk).exists()
 
 
-def test_the_command_takes_an_age_or_the_setting(monkeypatch):
+def test_the_command_takes_an_age_or_the_setting(settings):
     young = job(JobStatus.FAILED, finished_days_ago=0.25)  # 6 hours
     old = job(JobStatus.FAILED, finished_days_ago=2)
     out = StringIO()
     call_command("prunejobs", stdout=out)  # default 30d: nothing that young
     assert Job.objects.count() == 2
-    monkeypatch.setenv("JOBS_PRUNE_AFTER", "1d")
+    settings.JOBS_PRUNE_AFTER = "1d"
     call_command("prunejobs", stdout=out)
     assert list(Job.objects.values_list("pk", flat=True)) == [young]
     call_command("prunejobs", "--older-than", "90m", stdout=out)
@@ -114,9 +114,9 @@ def test_the_command_takes_an_age_or_the_setting(monkeypatch):
 
 @pytest.mark.parametrize("args,env", [(["--older-than", "soon"], None), ([], "forever"),
                                       (["--batch-size", "0"], None)])
-def test_the_command_refuses_what_it_cannot_read(monkeypatch, args, env):
+def test_the_command_refuses_what_it_cannot_read(settings, args, env):
     if env:
-        monkeypatch.setenv("JOBS_PRUNE_AFTER", env)
+        settings.JOBS_PRUNE_AFTER = env
     with pytest.raises(CommandError):
         call_command("prunejobs", *args, stdout=StringIO())
 

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def cv_handlers(monkeypatch):
-    monkeypatch.setenv("HAULAGE_CV_HANDLER_MODULES", "tests.cv_handlers")
+def cv_handlers(settings):
+    settings.JOBS_HANDLER_MODULES = ["tests.cv_handlers"]
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_real_redis_and_a_cv_worker_process(run_worker, settings, redis_url, cv_
     redisconn._clients.clear()
     redisconn.get_client().flushdb()
     env = {**os.environ, "REDIS_URL": redis_url, "DATABASE_URL": database_url(connection),
-           "HAULAGE_CV_HANDLER_MODULES": "tests.cv_handlers"}
+           "JOBS_HANDLER_MODULES": "tests.cv_handlers"}
     cv = subprocess.Popen([sys.executable, "manage.py", "runcvworker", "--concurrency", "2"],
                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

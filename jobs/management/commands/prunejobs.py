@@ -1,7 +1,7 @@
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import prune
-from project.env import SettingsError
+from jobs import conf, prune
 
 
 class Command(BaseCommand):
@@ -24,8 +24,8 @@ class Command(BaseCommand):
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1.")
         try:
-            age = prune.parse_age(older_than) if older_than else prune.prune_after()
-        except (ValueError, SettingsError) as exc:
+            age = conf.parse_age(older_than) if older_than else conf.prune_after()
+        except (ValueError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from None
         result = prune.prune_finished(age, batch_size=batch_size, pause_s=pause)
         self.stdout.write(

@@ -2,8 +2,7 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import registry
-from jobs.scheduler import SchedulerRole
+from jobs import registry, scheduler
 from jobs.worker import Worker, install_signal_handlers
 
 
@@ -56,7 +55,8 @@ class Command(BaseCommand):
             name=worker_id,
             kinds=wanted or None,
             # A worker meant to exit soon is no place for a long-lived role.
-            companions=[] if no_scheduler or burst or max_jobs else [SchedulerRole()],
+            companions=[] if no_scheduler or burst or max_jobs or not scheduler.available()
+            else [scheduler.SchedulerRole()],
         )
         install_signal_handlers(worker)
         if worker.run():
