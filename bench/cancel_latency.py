@@ -36,7 +36,6 @@ from jobs.supervisor import (  # noqa: E402
     DEFAULT_KILL_GRACE_S,
     DEFAULT_POLL_INTERVAL_S,
     Child,
-    StopReason,
     WatchSettings,
     watch,
 )
@@ -53,7 +52,7 @@ def start_family(folder: Path, *, ignore_term: bool) -> tuple[Child, Path]:
     # Cancel a family at work, not one still starting up.
     while len(pids_file.read_text().splitlines()) < 2:
         if child.poll() is not None or time.monotonic() > deadline:
-            child.stop(StopReason.SHUTDOWN, grace_s=0)
+            child.stop("requeued", grace_s=0)
             raise RuntimeError(f"A benchmark child did not start ({child.describe_exit()}).")
         time.sleep(0.01)
     return child, pids_file
@@ -72,7 +71,7 @@ def cancel_via_watch(child: Child, settings: WatchSettings) -> float:
 
     def supervise():
         watch(child, settings,
-              should_stop=lambda: StopReason.CANCELLED if requested.is_set() else None)
+              should_stop=lambda: "cancelled" if requested.is_set() else None)
         ended["at"] = time.monotonic()
 
     thread = threading.Thread(target=supervise)
@@ -86,7 +85,7 @@ def cancel_via_watch(child: Child, settings: WatchSettings) -> float:
 
 def cancel_directly(child: Child, settings: WatchSettings) -> float:
     requested_at = time.monotonic()
-    child.stop(StopReason.CANCELLED, settings.kill_grace_s)
+    child.stop("cancelled", settings.kill_grace_s)
     return time.monotonic() - requested_at
 
 
@@ -104,7 +103,7 @@ def measure(cancel, *, cancels: int, batch: int, ignore_term: bool,
         finally:
             # Nothing outlives a failed run (a no-op for the families cancelled).
             for child, _ in families:
-                child.stop(StopReason.SHUTDOWN, grace_s=0)
+                child.stop("requeued", grace_s=0)
         for _, pids_file in families:
             check_gone(pids_file)
         latencies_s.extend(results)

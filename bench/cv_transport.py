@@ -63,8 +63,8 @@ def main():
     import django
 
     django.setup()
-    from jobs import redisconn
-    from jobs.transport import Transport
+    from jobs.cv import clients
+    from jobs.cv.transport import Transport
 
     redis_server = subprocess.Popen(
         ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
@@ -72,7 +72,7 @@ def main():
         stdout=subprocess.DEVNULL,
     )
     worker = None
-    client = redisconn.build_client()
+    client = clients.build_client()
     try:
         wait_until(lambda: _answers(client), 10, "redis-server did not start")
         transport = Transport(client)

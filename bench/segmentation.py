@@ -69,7 +69,7 @@ def main():
 
     phase_started = {}
 
-    def report(fraction, phase, message):
+    def report(fraction, *, phase, message):
         phase_started.setdefault(phase, time.perf_counter())
 
     out_dir = Path(tempfile.mkdtemp(prefix="haulage-bench-"))

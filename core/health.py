@@ -53,7 +53,7 @@ def check_migrations():
 
 
 def check_redis():
-    from jobs.redisconn import ping
+    from jobs.cv.clients import ping
 
     return ping()
 
@@ -86,12 +86,12 @@ def cv_workers():
     """
     import redis
 
-    from jobs import redisconn
-    from jobs.transport import Transport
+    from jobs.cv import clients
+    from jobs.cv.transport import Transport
 
-    if redisconn.is_local_mode():
+    if clients.is_local_mode():
         return "embedded"
     try:
-        return len(Transport(redisconn.get_client()).live_workers())
+        return len(Transport(clients.get_client()).live_workers())
     except redis.RedisError:
         return None

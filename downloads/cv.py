@@ -6,7 +6,7 @@ database and no Redis: the CV worker calls them, writes what they return with
 `downloads.cvresults`, and relays progress. Both take two optional callables, always called on
 the caller's thread:
 
-- ``report(fraction, phase, message)``: progress in [0, 1], at most about twice a second plus
+- ``report(fraction, phase=, message=)``: progress in [0, 1] (a handler passes `ctx.progress`), at most about twice a second plus
   once per phase change. `message` is English marked with `gettext_noop`; translate it where it
   is shown.
 - ``should_stop()``: polled about five times a second; when it returns true the function stops
@@ -532,7 +532,7 @@ class _Pacer:
             return
         self._reported_at = now
         self._phase = phase
-        self._report(round(min(max(fraction, 0.0), 1.0), 4), str(phase), message)
+        self._report(round(min(max(fraction, 0.0), 1.0), 4), phase=str(phase), message=message)
 
 
 __all__ = [

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs.cvworker import cv_handler
+from jobs.cv.worker import cv_handler
 
 
 def _video(payload):
@@ -14,17 +14,17 @@ def _video(payload):
 
 
 @cv_handler("segment")
-def segment(payload, ctx):
+def segment(ctx, payload):
     from downloads import cv  # the only module that imports OpenCV, loaded on the CV fleet alone
 
-    return cv.segment(_video(payload), out_dir=ctx.work_dir, report=ctx.report,
+    return cv.segment(_video(payload), out_dir=ctx.work_dir, report=ctx.progress,
                       should_stop=ctx.should_stop)
 
 
 @cv_handler("analyze")
-def analyze(payload, ctx):
+def analyze(ctx, payload):
     from downloads import cv
 
     return cv.analyze(_video(payload), start_s=float(payload["start_s"]),
-                      end_s=float(payload["end_s"]), out_dir=ctx.work_dir, report=ctx.report,
+                      end_s=float(payload["end_s"]), out_dir=ctx.work_dir, report=ctx.progress,
                       should_stop=ctx.should_stop)

@@ -199,7 +199,7 @@ def run_ffmpeg(ctx, argv, length_s, staging):
         for raw in process.stdout:
             key, _sep, value = raw.decode("ascii", "replace").strip().partition("=")
             fields[key] = value
-            ctx.beat()
+            ctx.alive()
             if key == "progress":
                 ctx.progress(_fraction(fields, length_s), phase="editing", message=progress.encode(
                     bytes_done=_int(fields.get("total_size")),
@@ -224,7 +224,7 @@ def _int(value):
         return None
 
 
-def cleanup(job, *, reason):
+def cleanup(job, *, outcome, final):
     """After the child is gone: release the derived asset; an edit's partial is never kept."""
     asset_id = (job.payload or {}).get("asset")
     if asset_id is not None:

@@ -21,6 +21,7 @@ from downloads import conf, progress, selectors, services, shots, storage
 from downloads.errors import DownloadFailed, QuotaExceeded, TooLarge
 from downloads.models import Download, MediaAsset
 from jobs.exceptions import Retry
+from jobs.models import Outcome
 
 ASSET_BUSY_RETRY_S = 10.0
 
@@ -135,17 +136,23 @@ def transfer(ctx, download, asset, token):
     return {"asset": asset.pk, "size_bytes": size, "from_cache": False}
 
 
-def cleanup(job, *, reason):
-    """After the child is gone (the worker calls this): let go of the asset if it still held it.
+def cleanup(job, *, outcome, final):
+    """Once the attempt has ended (the engine calls this): let go of the asset if it still held it.
 
-    A pause or shutdown keeps the partial for whichever attempt comes next; a
+    A pause or a hand-back keeps the partial for whichever attempt comes next,
+    and so does a worker that died mid-transfer while the download goes on; a
     cancel keeps it only for other users' downloads of the same asset; any
-    other end (stall, crash, time limit) discards it, so a retry starts clean.
+    other end (a failure, stall, crash, time limit) discards it, so a retry
+    starts clean.
     """
     asset_id = (job.payload or {}).get("asset")
     if asset_id is None:
         return
-    partial = {"paused": "keep", "shutdown": "keep", "lease_lost": "keep",
-               "cancelled": "if_unneeded"}.get(reason, "discard")
+    if outcome in (Outcome.PAUSED, Outcome.REQUEUED) or (outcome == Outcome.EXPIRED and not final):
+        partial = "keep"
+    elif outcome == Outcome.CANCELLED:
+        partial = "if_unneeded"
+    else:
+        partial = "discard"
     services.asset_release(asset_id, job.lease_token, partial=partial)
     services.asset_collect(asset_id)  # its download may have been deleted meanwhile

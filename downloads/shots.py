@@ -44,7 +44,7 @@ def _folder(job_id):
 
 def _check_transport(kind):
     # Imported here: the Redis client library is only needed when a request asks.
-    from jobs.redis_mode import check_transport
+    from jobs.cv.monitor import check_transport
 
     check_transport(kind)
 

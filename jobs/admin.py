@@ -32,7 +32,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from jobs import admin_views, claiming, registry, scheduler, selectors, services
+from jobs import admin_views, order, registry, scheduler, selectors, services
 from jobs.exceptions import IllegalTransition, InvalidPriority
 from jobs.models import (
     CLAIM_ORDER,
@@ -41,6 +41,7 @@ from jobs.models import (
     ConcurrencyLimit,
     Job,
     JobStatus,
+    Outcome,
     Queue,
     Worker,
 )
@@ -108,7 +109,6 @@ PRIORITY_TIERS = [
     (-50, _("Low (-50)")),
     (-100, _("Background (-100)")),
 ]
-_REVERSED_ORDER = tuple(f[1:] if f.startswith("-") else f"-{f}" for f in CLAIM_ORDER)
 
 
 @dataclass(frozen=True)
@@ -142,13 +142,13 @@ ACTIONS = {
         # Moving to the front goes back to front, so a selection keeps its own order.
         JobAction("move_to_front", _("Move to front"), "can_reorder", READY_ONLY, services.move_to_front,
                   ngettext_lazy("Moved %(n)d job to the front.", "Moved %(n)d jobs to the front.", "n"),
-                  order=_REVERSED_ORDER),
+                  order=order.REVERSED),
         JobAction("move_up", _("Move up"), "can_reorder", READY_ONLY, services.move_up,
                   ngettext_lazy("Moved %(n)d job up.", "Moved %(n)d jobs up.", "n"),
                   order=CLAIM_ORDER),
         JobAction("move_down", _("Move down"), "can_reorder", READY_ONLY, services.move_down,
                   ngettext_lazy("Moved %(n)d job down.", "Moved %(n)d jobs down.", "n"),
-                  order=_REVERSED_ORDER),
+                  order=order.REVERSED),
         JobAction("set_priority_tier", _("Set priority tier"), "can_reorder", LIVE,
                   services.set_priority_tier,
                   ngettext_lazy("Changed the priority of %(n)d job.",
@@ -346,7 +346,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, job):
-        note = {"cancel": gettext(" (cancelling)"), "pause": gettext(" (pausing)")}.get(
+        note = {Outcome.CANCELLED: gettext(" (cancelling)"), Outcome.PAUSED: gettext(" (pausing)")}.get(
             job.stop_requested, "")
         return format_html('<span class="job-status job-status-{}">{}{}</span>', job.status.lower(),
                            job.get_status_display(), note)
@@ -569,9 +569,8 @@ class JobAdmin(admin.ModelAdmin):
 class WorkerAdmin(admin.ModelAdmin):
     """Registered worker processes; the live view with quiet/stop is the Workers page."""
 
-    list_display = ["name", "role", "host", "pid", "concurrency", "started_at", "heartbeat_at",
+    list_display = ["name", "host", "pid", "concurrency", "started_at", "heartbeat_at",
                     "stopped_at", "command"]
-    list_filter = ["role"]
     search_fields = ["name", "host"]
     ordering = ["stopped_at", "-heartbeat_at"]
 
@@ -593,7 +592,7 @@ class QueueAdmin(admin.ModelAdmin):
     """Per-queue settings, changed for the whole fleet through `services.set_queue`."""
 
     form = QueueForm
-    list_display = ["name", "paused", "concurrency", "gap_seconds", "last_started_at"]
+    list_display = ["name", "paused", "concurrency", "gap_seconds", "rests_until"]
 
     def has_change_permission(self, request, obj=None):
         return super().has_change_permission(request, obj) or request.user.has_perm(
@@ -612,7 +611,6 @@ class QueueAdmin(admin.ModelAdmin):
         # Through the service, which also wakes the queue's workers.
         services.set_queue(obj.name, paused=obj.paused, concurrency=obj.concurrency,
                            gap_seconds=obj.gap_seconds)
-        claiming.forget_queue_settings()
 
 
 @admin.register(ConcurrencyLimit)

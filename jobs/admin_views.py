@@ -5,7 +5,6 @@ the user is active staff, and each view checks the permission it needs. A
 request from htmx (the live refresh) gets the page's partial only.
 """
 
-import heapq
 import json
 from datetime import timedelta
 
@@ -20,7 +19,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from jobs import bounds, claiming, conf, metrics, registry, selectors, services
+from jobs import bounds, conf, metrics, order, registry, selectors, services
 from jobs.exceptions import IllegalTransition
 from jobs.models import Job, JobStatus, Queue, Worker
 
@@ -48,26 +47,6 @@ def _render(model_admin, request, template, context):
 # --- Up next -------------------------------------------------------------------------
 
 
-def _claim_key(job):
-    return (-job.priority, job.position, job.enqueued_at, job.pk)
-
-
-def ready_in_claim_order(queue, *, offset=0, limit=PER_PAGE):
-    """READY jobs of `queue`, in exactly the order workers take them, from `offset`.
-
-    Claimable and parked jobs are read separately (each from its partial index,
-    in CLAIM_ORDER) and merged by the same key: one query over all READY rows
-    would have no index to walk and would sort the queue on every refresh.
-    """
-    halves = [
-        Job.objects.filter(queue=queue, status=JobStatus.READY, blocked_key__isnull=parked)
-        .in_claim_order().select_related("owner")[: offset + limit]
-        for parked in (False, True)
-    ]
-    merged = heapq.merge(*halves, key=_claim_key)
-    return [job for i, job in enumerate(merged) if i >= offset][:limit]
-
-
 def ready_count(queue):
     """READY jobs of `queue`, counted up to COUNT_CAP (each half through its partial index)."""
     return sum(
@@ -88,7 +67,7 @@ def up_next(model_admin, request):
         page = 1
     offset = (page - 1) * PER_PAGE
     served = selectors.live_kinds()
-    jobs = ready_in_claim_order(queue, offset=offset, limit=PER_PAGE)
+    jobs = order.ready_in_order(queue, offset=offset, limit=PER_PAGE, related=("owner",))
     rows = [(offset + i, job, selectors.standing(job, served_kinds=served))
             for i, job in enumerate(jobs, start=1)]
     total = ready_count(queue)
@@ -189,8 +168,7 @@ def queue_operation(model_admin, request, name, operation):
         text = _("Changed the limits of the queue %(queue)s.")
     else:
         raise Http404
-    services.set_queue(name, **changes)
-    claiming.forget_queue_settings()  # this process's cache; workers see it within a second
+    services.set_queue(name, **changes)  # workers see it within a second
     model_admin.log_change(request, Queue.objects.get(name=name),
                            [{"changed": {"fields": sorted(changes)}}])
     messages.success(request, text % {"queue": name})
@@ -204,7 +182,7 @@ def workers(model_admin, request):
     now = timezone.now()
     recent = now - timedelta(hours=1)
     listed = list(
-        Worker.objects.filter(stopped_at__isnull=True).order_by("role", "name")[:500]
+        Worker.objects.filter(stopped_at__isnull=True).order_by("name")[:500]
     ) + list(Worker.objects.filter(stopped_at__gte=recent).order_by("-stopped_at")[:50])
     running = {}
     for job in Job.objects.filter(status=JobStatus.RUNNING, worker__in=listed).order_by("pk").only(

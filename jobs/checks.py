@@ -25,7 +25,7 @@ def check_settings(app_configs=None, **kwargs):
         errors.append(checks.Error(str(exc), id="jobs.E002"))
     if errors:
         return errors  # the comparisons below read those numbers
-    from jobs.transport import CVConfig
+    from jobs.cv.transport import CVConfig
 
     try:
         CVConfig.from_settings()

@@ -1,4 +1,4 @@
-"""What runs inside a supervised child: liveness beats, the parent-death watch, limits.
+"""What runs inside a supervised child: signs of life, the parent-death watch, limits.
 
 A child started by `jobs.supervisor.Child.spawn` calls `bootstrap()` first (or
 hands its main function to `run()`, which does that and maps a hit resource
@@ -8,8 +8,8 @@ library, so a child can bootstrap before Django is set up.
 The protocol between the two sides, all through the child's environment:
 
 ``HAULAGE_LIVENESS_FD``
-    Write end of the liveness pipe. `beat()` writes one byte, at most
-    `BEAT_EVERY_S` apart; the parent only cares *when* bytes last arrived.
+    Write end of the liveness pipe. `alive()` writes one byte, at most
+    `ALIVE_EVERY_S` apart; the parent only cares *when* bytes last arrived.
 ``HAULAGE_PARENT_FD``
     Read end of the parent-alive pipe. The parent never writes; when it dies
     the kernel closes the write end, the read here returns EOF and the child
@@ -59,8 +59,8 @@ LIMITS_ENV = "HAULAGE_LIMITS"
 EXIT_ADDRESS_SPACE = 121
 EXIT_FILE_SIZE = 122
 
-# Throttle for beat(): a hot loop may call it every iteration.
-BEAT_EVERY_S = 0.25
+# Throttle for alive(): a hot loop may call it every iteration.
+ALIVE_EVERY_S = 0.25
 
 # CPU-time hard limit = soft + this: SIGXCPU at the soft one, SIGKILL at the
 # hard one, for a program that catches SIGXCPU.
@@ -146,14 +146,14 @@ def limit_hit(*, code: int | None, signal_number: int | None) -> str | None:
 class Liveness:
     """The child's end of the liveness pipe: cheap, throttled, never raises."""
 
-    def __init__(self, fd: int, every_s: float = BEAT_EVERY_S):
+    def __init__(self, fd: int, every_s: float = ALIVE_EVERY_S):
         # Non-blocking: a parent that stopped draining must not freeze the job.
         os.set_blocking(fd, False)
         self.fd = fd
         self.every_s = every_s
         self._last = float("-inf")
 
-    def beat(self) -> None:
+    def signal(self) -> None:
         now = time.monotonic()
         # Two threads may both pass this check and write twice: harmless.
         if now - self._last < self.every_s:
@@ -163,7 +163,7 @@ class Liveness:
             os.write(self.fd, b".")
         except OSError:
             # Full pipe or a parent that is gone: the parent-death watch, not
-            # the beat, decides what happens next.
+            # this write, decides what happens next.
             pass
 
 
@@ -172,31 +172,31 @@ _bootstrapped = False
 _bootstrap_lock = threading.Lock()
 
 
-def beat() -> None:
+def alive() -> None:
     """Tell the supervisor this child is alive; call it freely, even in hot loops.
 
     A no-op outside a supervised child, so handlers may call it in any mode.
     """
     if _liveness is not None:
-        _liveness.beat()
+        _liveness.signal()
 
 
 @contextlib.contextmanager
 def keepalive(every_s: float = 1.0) -> Iterator[None]:
-    """Beat from a thread while a long, quiet step known to be healthy runs.
+    """Say "alive" from a thread while a long, quiet step known to be healthy runs.
 
     For waiting on something that proves its own progress (an ffmpeg pass
     reporting frames). Never wrap code where a deadlock must count as a stall:
-    the thread keeps beating while the step is stuck. A child frozen by
+    the thread keeps saying so while the step is stuck. A child frozen by
     SIGSTOP still stalls, since the thread is frozen too.
     """
     done = threading.Event()
 
-    def beat_until_done():
+    def alive_until_done():
         while not done.wait(every_s):
-            beat()
+            alive()
 
-    thread = threading.Thread(target=beat_until_done, name="haulage-keepalive", daemon=True)
+    thread = threading.Thread(target=alive_until_done, name="haulage-keepalive", daemon=True)
     thread.start()
     try:
         yield
@@ -236,12 +236,6 @@ def _running(fields: list[bytes]) -> bool:
     # A zombie runs nothing and holds nothing but its pid; but a main thread
     # that exited shows "Z" while the process's other threads still run.
     return fields[0] not in (b"Z", b"X") or int(fields[17]) > 1
-
-
-def read_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, ppid, pgid) of a process from /proc, or None when it is gone."""
-    fields = _stat_fields(pid)
-    return (fields[0].decode(), int(fields[1]), int(fields[2])) if fields else None
 
 
 def is_running(pid: int) -> bool:
@@ -349,7 +343,7 @@ def bootstrap() -> None:
 
     Applies the limits, becomes a subreaper (orphans of its descendants are
     adopted by this process, and stay zombies until it exits unless it reaps
-    them), starts the parent-death watch and beats once. Safe to call twice;
+    them), starts the parent-death watch and says "alive" once. Safe to call twice;
     does nothing outside supervision beyond applying limits found in the
     environment.
     """
@@ -368,7 +362,7 @@ def bootstrap() -> None:
             ).start()
         if liveness_fd is not None:
             _liveness = Liveness(liveness_fd)
-            _liveness.beat()
+            _liveness.signal()
 
 
 def _inherited_pipe(variable: str) -> int | None:

@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 
 from jobs import childside, conf, services
 from jobs.exceptions import LeaseLost, Snooze
+from jobs.models import Outcome
 
 
 class JobContext:
@@ -19,13 +20,13 @@ class JobContext:
     `should_stop()` turns true when the job was cancelled or paused, its lease
     was lost, it ran past its timeout, or the worker is shutting down. A
     handler that sees it should return or raise promptly; what is recorded
-    then depends on `stop_reason`, not on what the handler returns.
+    then is `stop_reason` (an Outcome), not what the handler returned.
     """
 
     def __init__(self, job, *, worker_id=""):
         self.job = job
         self.worker_id = worker_id
-        self.stop_reason = None  # cancel | pause | lease_lost | timeout | shutdown
+        self.stop_reason = None  # an Outcome: cancelled, paused, requeued, lease_lost or timeout
         self._stop = threading.Event()
         self._last_write = 0.0
         self._pending = None
@@ -39,16 +40,16 @@ class JobContext:
     def payload(self):
         return self.job.payload
 
-    def beat(self):
+    def alive(self):
         """A sign of life without progress, for a long quiet step (a no-op outside a child process)."""
-        childside.beat()
+        childside.alive()
 
     def keepalive(self):
-        """Beat from a thread during a step known to be healthy (see jobs.childside.keepalive)."""
+        """Signs of life from a thread during a step known to be healthy (jobs.childside.keepalive)."""
         return childside.keepalive()
 
     def progress(self, fraction=None, *, phase=None, message=None, force=False):
-        childside.beat()
+        childside.alive()
         self._pending = {"fraction": fraction, "phase": phase, "message": message}
         now = time.monotonic()
         if force or now - self._last_write >= conf.JOBS_PROGRESS_INTERVAL_SECONDS:
@@ -61,14 +62,15 @@ class JobContext:
         self._last_write = time.monotonic()
         if not services.report_progress(self.job, **pending):
             # The guarded write matched nothing: another worker or a person owns the job now.
-            self.request_stop("lease_lost")
+            self.request_stop(Outcome.LEASE_LOST)
 
     def should_stop(self):
         return self._stop.is_set()
 
     def request_stop(self, reason):
+        """Ask the handler to stop, for `reason` (an Outcome); the first reason asked wins."""
         if self.stop_reason is None:
-            self.stop_reason = reason
+            self.stop_reason = Outcome(reason)
         self._stop.set()
 
     def snooze(self, seconds, message=""):
@@ -90,7 +92,7 @@ class JobContext:
         """
         with transaction.atomic():
             if not services.lock_lease(self.job):
-                self.request_stop("lease_lost")
+                self.request_stop(Outcome.LEASE_LOST)
                 raise LeaseLost(_("This attempt no longer holds the job's lease; nothing was written."))
             yield
 

@@ -1,4 +1,9 @@
-"""Running one claimed job in this process and recording how it ended."""
+"""Running one claimed job's handler in this process, and saying how its attempt ended.
+
+Used by the inline mode (a worker thread) and by a process-mode child: both
+call the kind's handler as `handler(ctx, payload)`, then `settle()`
+translates what happened into an Outcome for jobs/outcome.py.
+"""
 
 import logging
 
@@ -6,15 +11,16 @@ from django.db import close_old_connections, connection
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from jobs import registry, services
+from jobs import outcome, registry
 from jobs.exceptions import Fail, Retry, Snooze, Stopped, UnknownKind
+from jobs.models import Outcome
 
 log = logging.getLogger(__name__)
 
-# What a stop request turns into once the handler has returned.
+# What a stop the engine asked for reads as on the job, where it says more than its name.
 STOP_MESSAGES = {
-    "timeout": gettext_lazy("The job ran past its time limit and was stopped."),
-    "shutdown": gettext_lazy("The worker shut down; the job was handed back to the queue."),
+    Outcome.TIMEOUT: gettext_lazy("The job ran past its time limit and was stopped."),
+    Outcome.REQUEUED: gettext_lazy("The worker shut down; the job was handed back to the queue."),
 }
 
 
@@ -37,40 +43,42 @@ def run_handler(job, ctx):
         return "error", exc
 
 
-def settle(job, ctx, outcome, value, *, complete=None):
-    """Record the end of an attempt according to the stop request or the handler's outcome.
+def settle(job, ctx, result, value, *, complete=None):
+    """Record how the attempt ended: the stop the engine asked for, else what the handler did.
 
     `complete(job, result)` is how a success is written (the worker batches
-    them); by default one guarded UPDATE.
+    them); by default `outcome.record` at once.
     """
-    reason = ctx.stop_reason
-    if reason in ("cancel", "pause"):
-        services.acknowledge_stop(job)
-    elif reason == "shutdown":
-        services.requeue(job, reason=STOP_MESSAGES["shutdown"])
-    elif reason == "timeout":
-        pass  # the watchdog already failed it when the time ran out
-    elif reason == "lease_lost":
-        log.info("job %s lost its lease; its outcome is discarded", job.pk)
-    elif outcome == "ok":
+    stop = ctx.stop_reason
+    if stop == Outcome.TIMEOUT:
+        return  # the watchdog recorded it when the time ran out
+    if stop is not None:
+        outcome.record(job, stop, error=STOP_MESSAGES.get(stop, ""))
+    elif result == "ok":
         ctx.flush_progress()
-        (complete or services.complete)(job, value)
+        if complete is not None:
+            complete(job, value)
+        else:
+            outcome.record(job, Outcome.SUCCEEDED, result=value)
     else:
-        _record_failure(job, value)
+        ended, options = failure(value)
+        outcome.record(job, ended, **options)
 
 
-def _record_failure(job, exc):
+def failure(exc):
+    """(outcome, options for outcome.record) for an exception a handler raised."""
     if isinstance(exc, Snooze):
-        services.snooze(job, delay_s=exc.seconds, reason=str(exc), code=exc.code)
-    elif isinstance(exc, Retry):
-        services.fail(job, error=str(exc) or _("Retry requested."), code=exc.code, delay_s=exc.delay_s, exc=exc)
-    elif isinstance(exc, Fail):
-        services.fail(job, error=str(exc), code=exc.code, retry=False, exc=exc)
-    elif isinstance(exc, Stopped):
-        services.fail(job, error=str(exc) or _("The job stopped itself."), code="stopped", exc=exc)
-    else:
-        message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        services.fail(job, error=message, code="error", exc=exc)
+        return Outcome.SNOOZED, {"delay_s": exc.seconds, "error": str(exc), "code": exc.code}
+    if isinstance(exc, Retry):
+        return Outcome.RETRY, {"error": str(exc) or _("Retry requested."), "code": exc.code,
+                               "delay_s": exc.delay_s, "exc": exc}
+    if isinstance(exc, Fail):
+        return Outcome.FAILED, {"error": str(exc), "code": exc.code, "exc": exc}
+    if isinstance(exc, Stopped):
+        return Outcome.RETRY, {"error": str(exc) or _("The job stopped itself."), "code": "stopped",
+                               "exc": exc}
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return Outcome.RETRY, {"error": message, "code": "error", "exc": exc}
 
 
 def guarded(fn, *args, **kwargs):

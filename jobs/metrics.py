@@ -20,11 +20,9 @@ PostgreSQL's planner (SQLite reports them as unknown).
 """
 
 import hmac
-import json
 from datetime import timedelta
 
 from django.contrib.auth.decorators import login_not_required
-from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Subquery, Sum
 from django.http import HttpResponse
 from django.utils import timezone
@@ -37,8 +35,9 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from jobs import conf, scheduler, selectors, sql
-from jobs.models import FINISHED_STATUSES, Job, JobEvent, JobStatus, Queue, Worker
+from jobs import conf, queries, scheduler, selectors
+from jobs.models import FINISHED_STATUSES, Job, JobEvent, JobStatus, Outcome, Queue, Worker
+from jobs.outcome import RETRYING
 
 # Below this many rows every state is counted exactly; above it only the
 # states with a partial index are (a COUNT over millions of finished rows
@@ -55,11 +54,8 @@ DURATION_BUCKETS_S = (1, 5, 15, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600)
 
 def table_rows_estimate():
     """About how many rows jobs_job holds, without counting them when the database knows."""
-    if sql.is_postgres():
-        with connection.cursor() as cursor:
-            # Kept by VACUUM/ANALYZE; -1 until the table was first analyzed.
-            cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'jobs_job'::regclass")
-            (rows,) = cursor.fetchone()
+    if queries.is_postgres():
+        rows = queries.table_rows_estimate()
         if rows >= 0:
             return rows
     return Job.objects.order_by()[: EXACT_COUNT_ROWS + 1].count()  # stops at the threshold
@@ -67,17 +63,6 @@ def table_rows_estimate():
 
 def _grouped(queryset):
     return queryset.order_by().values_list("queue", "status").annotate(n=Count("pk"))
-
-
-def _planner_estimate(queue, status):
-    # The planner's row estimate, from the column statistics ANALYZE keeps:
-    # microseconds to get, never a scan.
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) SELECT 1 FROM jobs_job WHERE queue = %s AND status = %s",
-                       [queue, status])
-        plan = cursor.fetchone()[0]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 def state_counts(queues=()):
@@ -109,8 +94,8 @@ def state_counts(queues=()):
         for status in JobStatus.values:
             if status in (JobStatus.READY, JobStatus.RUNNING):
                 row[status] = counts.get((queue, status), (0, True))
-            elif sql.is_postgres():
-                row[status] = (_planner_estimate(queue, status), False)
+            elif queries.is_postgres():
+                row[status] = (queries.rows_estimate(queue, status), False)
             else:
                 row[status] = (None, False)
         result[queue] = row
@@ -180,10 +165,8 @@ def recent_failures(since):
 def recent_retries(since):
     """{kind: attempts since that failed and were scheduled again, or whose lease expired}."""
     newest = JobEvent.objects.order_by("-id").values("id")[:EVENT_SCAN_ROWS]
-    rows = JobEvent.objects.filter(
-        pk__in=Subquery(newest), at__gte=since,
-        kind__in=[JobEvent.Kind.RETRY, JobEvent.Kind.RESCUED],
-    )
+    again = Q(kind__in=RETRYING, data__status=JobStatus.READY) | Q(kind=Outcome.EXPIRED)
+    rows = JobEvent.objects.filter(again, pk__in=Subquery(newest), at__gte=since)
     return dict(rows.order_by().values_list("job__kind").annotate(n=Count("pk")))
 
 
@@ -242,11 +225,11 @@ class QueueCollector(Collector):
 
         beats = GaugeMetricFamily(
             "haulage_worker_heartbeat_age_seconds", "Seconds since each live worker's last heartbeat.",
-            labels=["worker", "role", "host"])
-        for name, role, host, beat in Worker.objects.filter(stopped_at__isnull=True).values_list(
-            "name", "role", "host", "heartbeat_at"
+            labels=["worker", "host"])
+        for name, host, beat in Worker.objects.filter(stopped_at__isnull=True).values_list(
+            "name", "host", "heartbeat_at"
         ):
-            beats.add_metric([name, role, host], max(0.0, (now - beat).total_seconds()))
+            beats.add_metric([name, host], max(0.0, (now - beat).total_seconds()))
         yield beats
 
         yield GaugeMetricFamily("haulage_recent_window_seconds",

@@ -2,7 +2,8 @@
 
 The states and which transitions move a job between them are documented in
 docs/lifecycle.md; the transitions themselves live in `jobs/services.py`, one
-guarded UPDATE each. Nothing else writes `status`.
+guarded UPDATE each, and how an attempt's end picks one in `jobs/outcome.py`.
+Nothing else writes `status`.
 """
 
 import uuid
@@ -33,6 +34,38 @@ class JobStatus(models.TextChoices):
     SUCCESSFUL = "SUCCESSFUL", _("Successful")
     FAILED = "FAILED", _("Failed")
     CANCELLED = "CANCELLED", _("Cancelled")
+
+
+class Outcome(models.TextChoices):
+    """How an attempt ended: the one word for it in stop requests, events, logs and pages.
+
+    jobs/outcome.py says where each leads (its TABLE); each is a JobEvent kind too.
+    """
+
+    SUCCEEDED = "succeeded", _("succeeded")
+    RETRY = "retry", _("failed, to be retried")  # the handler failed or asked for a retry
+    SNOOZED = "snoozed", _("snoozed")  # "not now": again later, the attempt given back
+    FAILED = "failed", _("failed")  # for good: Fail raised, or attempts spent
+    CANCELLED = "cancelled", _("cancelled")
+    PAUSED = "paused", _("paused")
+    REQUEUED = "requeued", _("handed back to the queue")  # a worker shutting down, a dead Redis
+    LEASE_LOST = "lease_lost", _("lost its lease")  # another worker may own it: nothing written
+    TIMEOUT = "timeout", _("ran past its time limit")
+    STALLED = "stalled", _("stopped showing signs of life")
+    CRASHED = "crashed", _("crashed")  # its process ended without recording a result
+    EXPIRED = "expired", _("its worker stopped answering")  # the reaper found its lease expired
+
+
+class Action(models.TextChoices):
+    """What people (and enqueue) do to a job besides ending its attempts; JobEvent kinds too."""
+
+    CANCEL_REQUESTED = "cancel_requested", _("cancel requested")
+    PAUSE_REQUESTED = "pause_requested", _("pause requested")
+    RESUMED = "resumed", _("resumed")
+    RETRIED = "retried", _("retried by hand")
+    REARMED = "rearmed", _("re-armed after cool-down")
+    MOVED = "moved", _("moved in the queue")
+    PRIORITY = "priority", _("priority changed")
 
 
 LIVE_STATUSES = (JobStatus.READY, JobStatus.RUNNING, JobStatus.PAUSED)
@@ -83,8 +116,8 @@ class Job(models.Model):
     # leave the claim index, so one user's 100k queued jobs never make the
     # claim scan past them (see jobs/claiming.py).
     blocked_key = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001
-    # "cancel" or "pause" asked of a RUNNING job: it stays RUNNING (holding its
-    # slots) until its worker has really stopped it, so limits hold throughout.
+    # "cancelled" or "paused" (an Outcome) asked of a RUNNING job: it stays RUNNING
+    # (holding its slots) until its worker has really stopped it, so limits hold.
     stop_requested = models.CharField(max_length=10, blank=True, default="")
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     max_attempts = models.PositiveIntegerField(_("max attempts"), default=1)
@@ -183,26 +216,13 @@ class Job(models.Model):
 
 
 class JobEvent(models.Model):
-    """A transition a person will ask about: manual actions, rescues, retries, failures."""
+    """One per transition of a job (jobs/history.py writes them), and per staff action on it."""
 
-    class Kind(models.TextChoices):
-        ENQUEUED = "enqueued", _("enqueued")
-        RETRY = "retry", _("retry scheduled")
-        RESCUED = "rescued", _("rescued after its lease expired")
-        FAILED = "failed", _("failed")
-        CANCELLED = "cancelled", _("cancelled")
-        PAUSED = "paused", _("paused")
-        RESUMED = "resumed", _("resumed")
-        REQUEUED = "requeued", _("handed back to the queue")  # shutdown, or a dead Redis
-        SNOOZED = "snoozed", _("snoozed")
-        RETRIED = "retried", _("retried by hand")
-        REARMED = "rearmed", _("re-armed after cool-down")
-        MOVED = "moved", _("moved in the queue")
-        PRIORITY = "priority", _("priority changed")
+    KINDS = [*Outcome.choices, *Action.choices]
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(default=timezone.now)
-    kind = models.CharField(max_length=20, choices=Kind)
+    kind = models.CharField(max_length=20, choices=KINDS)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     reason = models.TextField(blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
@@ -217,7 +237,7 @@ class JobEvent(models.Model):
 
 
 class Worker(models.Model):
-    """A registered worker process (runworker or CV worker) and its heartbeat."""
+    """A registered `runworker` process and its heartbeat (CV workers beat in Redis)."""
 
     class Command(models.TextChoices):
         NONE = "", _("none")
@@ -227,7 +247,6 @@ class Worker(models.Model):
     name = models.CharField(max_length=200)  # --worker-id, or host:pid
     host = models.CharField(max_length=200)
     pid = models.PositiveIntegerField()
-    role = models.CharField(max_length=20, default="runworker")
     queues = models.JSONField(default=list)
     kinds = models.JSONField(default=list)
     concurrency = models.PositiveIntegerField(default=1)
@@ -254,10 +273,12 @@ class Queue(models.Model):
     # Jobs of this queue running at once across the whole deployment (null: no limit).
     concurrency = models.PositiveIntegerField(null=True, blank=True,
                                               validators=[MaxValueValidator(LIMIT_MAX)])
-    # Minimum time between two job starts.
+    # The queue rests this long after each start and after each end of one of
+    # its jobs (success or not) before it starts the next one.
     gap_seconds = models.FloatField(default=0, validators=[
         MinValueValidator(0), MaxValueValidator(GAP_SECONDS_MAX)])
-    last_started_at = models.DateTimeField(null=True, blank=True)
+    # The end of the current rest: no job of the queue starts before it.
+    rests_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = _("queue")

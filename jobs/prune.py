@@ -19,7 +19,7 @@ from django.db import models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import sql
+from jobs import queries
 from jobs.models import FINISHED_STATUSES, Job, JobEvent
 
 BATCH_SIZE = 1000
@@ -58,7 +58,7 @@ def prune_finished(older_than, *, batch_size=BATCH_SIZE, pause_s=0.0, now=None):
     cutoff = (now or timezone.now()) - older_than
     old = Job.objects.filter(status__in=FINISHED_STATUSES, finished_at__lt=cutoff)
     pruned = Pruned()
-    skip_locked = sql.is_postgres()
+    skip_locked = queries.is_postgres()
     while True:
         with transaction.atomic():
             # Lock the batch (the finished-jobs partial index finds it oldest

@@ -42,8 +42,9 @@ class Policy:
     # Options for the process / redis modes: stall_timeout_s, wall_clock_cap_s,
     # kill_grace_s, poll_interval_s, limits={address_space_bytes, file_size_bytes, cpu_time_s}.
     options: dict = field(default_factory=dict)
-    # Called by the worker after a process-mode job's child is gone, with the
-    # reason it ended ("paused" means: keep what a resume needs).
+    # `cleanup(job, outcome=, final=)`: let go of what an attempt held outside
+    # the queue once it ended (jobs/outcome.py says when); `final` when the job
+    # will not run again. A pause keeps what a resume needs.
     cleanup: Callable | None = None
     # Redis mode: turns the CV worker's result document into the job's result
     # (and the app's rows), inside the transaction that completes the job.
@@ -104,6 +105,13 @@ def get(name):
         return _kinds[name]
     except KeyError:
         raise UnknownKind(f"No job kind named {name!r} is registered.") from None
+
+
+def policy(name):
+    """The kind's policy; the defaults for a kind this process does not know (a row from another
+    deploy), so recording the end of such a job never fails for want of one."""
+    spec = _kinds.get(name)
+    return spec.policy if spec is not None else Policy()
 
 
 def label(name):

@@ -1,20 +1,19 @@
 """Where a job stands: its place in the queue and why it is waiting.
 
 Pages, the JSON API and the admin ask only this module, and it answers from
-the same ordering the claim uses (`CLAIM_ORDER`), so "3 ahead of you" is what
-the workers will really do. Everything here reads; nothing writes.
+the rules the claim itself uses (jobs/order.py, jobs/limits.py), so "3 ahead
+of you" is what the workers will really do. Everything here reads; nothing writes.
 """
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import conf, registry, sql
+from jobs import conf, limits, order, registry
 from jobs.exceptions import TransportUnavailable
-from jobs.models import ConcurrencyLimit, Job, JobEvent, JobStatus, Queue, Worker
+from jobs.models import Action, Job, JobStatus, Outcome, Queue, Worker
 
 # How a concurrency key's namespace reads to a person ("user:42" is "your
 # other jobs"); apps add theirs with `describe_key`.
@@ -37,23 +36,13 @@ class Standing:
     until: datetime | None = None
 
 
-def ahead_of(job):
-    """READY jobs of the same queue that workers will take before this one."""
-    before = (
-        Q(priority__gt=job.priority)
-        | Q(priority=job.priority, position__lt=job.position)
-        | Q(priority=job.priority, position=job.position, enqueued_at__lt=job.enqueued_at)
-        | Q(priority=job.priority, position=job.position, enqueued_at=job.enqueued_at, pk__lt=job.pk)
-    )
-    return Job.objects.filter(before, status=JobStatus.READY, queue=job.queue)
-
-
 def cancelled_by_other(job):
     """For a job cancelled by someone other than its owner (staff), the reason they gave ("" for
     none); None when it was not cancelled that way."""
     if job.status != JobStatus.CANCELLED:
         return None
-    event = job.events.filter(kind=JobEvent.Kind.CANCELLED).order_by("-at", "-id").first()
+    event = (job.events.filter(kind__in=[Outcome.CANCELLED, Action.CANCEL_REQUESTED],
+                               actor__isnull=False).order_by("-at", "-id").first())
     if event is None or event.actor_id is None or event.actor_id == job.owner_id:
         return None
     return event.reason
@@ -78,7 +67,7 @@ def standing(job, *, served_kinds=None):
         return Standing(None, "paused", _("Paused."))
     if job.status != JobStatus.READY:
         return Standing(None, "finished", job.get_status_display())
-    position = ahead_of(job).count() + 1
+    position = order.position(job)
     now = timezone.now()
     if job.error_code == TransportUnavailable.code:
         # Sent back because Redis did not answer: say that, not "retry".
@@ -102,7 +91,7 @@ def standing(job, *, served_kinds=None):
     served = live_kinds() if served_kinds is None else served_kinds
     if job.kind not in served:
         return Standing(position, "no_worker", _("No worker that runs this kind of job is running."))
-    key = _full_key(job)
+    key = limits.full_key(job)
     if key is not None:
         words = _KEY_WORDS.get(key.split(":", 1)[0])
         return Standing(position, "key_busy",
@@ -114,31 +103,15 @@ def standing(job, *, served_kinds=None):
             return Standing(position, "queue_full",
                             _("The queue runs %(n)d job(s) at a time; waiting for one to finish.")
                             % {"n": queue.concurrency})
-    if queue is not None and queue.gap_seconds and queue.last_started_at:
-        next_start = queue.last_started_at + timedelta(seconds=queue.gap_seconds)
-        if next_start > now and position == 1:
-            return Standing(position, "queue_gap",
-                            _("The queue waits between jobs; next start at %(time)s.")
-                            % {"time": timezone.localtime(next_start).strftime("%H:%M:%S")},
-                            until=next_start)
+    next_start = limits.resting_until(queue)
+    if next_start is not None and position == 1:
+        return Standing(position, "queue_gap",
+                        _("The queue waits between jobs; next start at %(time)s.")
+                        % {"time": timezone.localtime(next_start).strftime("%H:%M:%S")},
+                        until=next_start)
     if position == 1:
         return Standing(position, "queued", _("Next in line."))
     return Standing(position, "queued", _("%(n)d job(s) ahead of it.") % {"n": position - 1})
-
-
-def _full_key(job):
-    if job.blocked_key:
-        return job.blocked_key
-    if not job.concurrency_keys:
-        return None
-    limits = dict(ConcurrencyLimit.objects.filter(key__in=job.concurrency_keys).values_list("key", "limit"))
-    counts = sql.running_counts(job.concurrency_keys)
-    return next((k for k in job.concurrency_keys if k in limits and counts.get(k, 0) >= limits[k]), None)
-
-
-def up_next(queue, *, limit=100):
-    """READY jobs of `queue` in the order workers will take them (parked ones included)."""
-    return Job.objects.filter(queue=queue, status=JobStatus.READY).in_claim_order()[:limit]
 
 
 def queue_names():

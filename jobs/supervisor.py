@@ -2,7 +2,7 @@
 
 The life of one child, as the worker runs it::
 
-    child = Child.spawn([sys.executable, "-m", "downloads.child", job_id], marker=token)
+    child = Child.spawn([sys.executable, "-m", "jobs.child", job_id, token], marker=token)
     outcome = watch(child, WatchSettings(stall_timeout_s=120), should_stop=engine_reason)
     # outcome.reason / outcome.error_code / outcome.describe() go on the job row.
 
@@ -47,7 +47,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -65,7 +64,7 @@ from jobs.childside import (
 
 __all__ = [
     "Child", "ExitStatus", "Limits", "StopOutcome", "StopReason", "WatchSettings",
-    "stop_all", "watch", "why_stop",
+    "python_env", "watch", "why_stop",
 ]
 
 DEFAULT_STALL_TIMEOUT_S = 60.0
@@ -82,16 +81,16 @@ KILL_WAIT_S = 5.0
 
 
 class StopReason(StrEnum):
-    """Why a child was stopped; recorded on the job."""
+    """The watchdog's own reasons to stop a child (they are the engine's Outcome words too).
+
+    A caller's reasons come from its `should_stop` and are passed through as given.
+    """
 
     EXITED = "exited"  # it ended on its own with exit code 0
     CRASHED = "crashed"  # it ended on its own otherwise (exit code N / signal S)
-    STALLED = "stalled"  # no liveness beat for the stall timeout
+    STALLED = "stalled"  # no sign of life for the stall timeout
     TIMEOUT = "timeout"  # past the wall-clock cap
-    CANCELLED = "cancelled"  # the engine: the job was cancelled
-    PAUSED = "paused"  # the engine: the job was paused
-    SHUTDOWN = "shutdown"  # the engine: the worker is stopping (requeue, do not fail)
-    LEASE_LOST = "lease_lost"  # the engine: another worker may own the job now
+    ABANDONED = "abandoned"  # the watch loop itself failed: a child never runs unwatched
 
 
 @dataclass(frozen=True)
@@ -254,7 +253,7 @@ class Child:
     # --- Looking ------------------------------------------------------------
 
     def seconds_since_alive(self) -> float:
-        """Seconds since the last liveness beat (or the spawn), after draining the pipe."""
+        """Seconds since the last sign of life (or the spawn), after draining the pipe."""
         with self._fd_lock:
             self._drain_liveness()
             return time.monotonic() - self._last_alive
@@ -288,9 +287,9 @@ class Child:
         return status.describe() if status else None
 
     def wait(self, timeout_s: float) -> ExitStatus | None:
-        """Wait up to `timeout_s` for the child to end, reading beats as they come.
+        """Wait up to `timeout_s` for the child to end, reading signs of life as they come.
 
-        Reading beats as they arrive (rather than once per poll) keeps
+        Reading them as they arrive (rather than once per poll) keeps
         `seconds_since_alive` exact, so a stall is seen within stall + poll.
         """
         deadline = time.monotonic() + timeout_s
@@ -395,7 +394,7 @@ class Child:
                 return
             if not data:
                 # Every writer is gone (the child ended or closed it): no
-                # beat can come, so stop watching the fd.
+                # sign of life can come, so stop watching the fd.
                 os.close(self._liveness_fd)
                 self._liveness_fd = None
                 return
@@ -496,7 +495,7 @@ def why_stop(child: Child, *, stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
              started_monotonic: float | None = None) -> StopReason | None:
     """The watchdog's verdict now: exited, crashed, timeout, stalled, or None to go on.
 
-    The engine's own reasons (cancelled, paused, shutdown, lease_lost) come
+    The engine's own reasons (cancelled, paused, requeued, lease_lost) come
     from its database; `watch` asks for them through `should_stop`.
     """
     status = child.poll()
@@ -533,14 +532,5 @@ def watch(child: Child, settings: WatchSettings = WatchSettings(), *,
                 return child.stop(reason, settings.kill_grace_s)
             child.wait(settings.poll_interval_s)
     except BaseException:
-        child.stop(StopReason.SHUTDOWN, settings.kill_grace_s)
+        child.stop(StopReason.ABANDONED, settings.kill_grace_s)
         raise
-
-
-def stop_all(children: Sequence[Child], reason: str,
-             grace_s: float = DEFAULT_KILL_GRACE_S) -> list[StopOutcome]:
-    """Stop many children at once (worker shutdown): one grace for all, not one each."""
-    if not children:
-        return []
-    with ThreadPoolExecutor(max_workers=len(children), thread_name_prefix="haulage-stop") as pool:
-        return list(pool.map(lambda child: child.stop(reason, grace_s), children))

@@ -9,6 +9,8 @@ import threading
 
 from django.db import connection, transaction
 
+from jobs import queries
+
 log = logging.getLogger(__name__)
 
 JOBS_CHANNEL = "haulage_jobs"  # payload: the queue name
@@ -36,18 +38,17 @@ def _set_all(events):
 
 
 def notify(queue):
-    if connection.vendor == "postgresql":
-        # Delivered when the surrounding transaction commits, never before.
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [JOBS_CHANNEL, queue])
+    """Wake the workers of `queue` once the surrounding transaction commits, never before."""
+    if queries.is_postgres():
+        queries.notify(JOBS_CHANNEL, queue)
     if _job_events:
         transaction.on_commit(lambda: _set_all(_job_events))
 
 
 def notify_stop(job_id):
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [STOP_CHANNEL, str(job_id)])
+    """Tell workers that job `job_id` was asked to stop, once the transaction commits."""
+    if queries.is_postgres():
+        queries.notify(STOP_CHANNEL, str(job_id))
     if _stop_events:
         transaction.on_commit(lambda: _set_all(_stop_events))
 

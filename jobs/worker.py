@@ -2,10 +2,11 @@
 
     register → (claim → run → record)* → hand back what is left → unregister
 
-Threads: the main loop claims and records completions; one thread per running
-job runs its handler (or supervises its child process); the heartbeat thread
-beats, renews leases, routes cancel/pause requests, enforces timeouts and runs
-the reaper; on PostgreSQL a listener thread turns NOTIFY into wake-ups.
+Threads: the main loop claims; executor threads run handlers (or supervise
+child processes); the completer records successes in batches; the heartbeat
+thread beats, renews leases, routes cancel/pause requests, enforces timeouts
+and runs the reaper; on PostgreSQL a listener thread turns NOTIFY into
+wake-ups. How each attempt ends is recorded through jobs/outcome.py.
 """
 
 import logging
@@ -15,16 +16,15 @@ import signal
 import socket
 import threading
 import time
-from datetime import timedelta
 
 from django.db import DatabaseError, close_old_connections, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models.functions import Now
-from django.utils import timezone
 
-from jobs import claiming, conf, execution, redisconn, registry, services, wakeup
+from jobs import claiming, conf, execution, limits, outcome, reaper, registry, services, wakeup
 from jobs.context import JobContext
-from jobs.models import Job, JobStatus
+from jobs.cv import clients
+from jobs.models import Job, JobStatus, Outcome
 from jobs.models import Worker as WorkerRow
 
 log = logging.getLogger("jobs.worker")
@@ -40,15 +40,16 @@ LOST_CHILD_GRACE_S = 1.0
 class Running:
     """A job this worker holds: its row as claimed, its context, its thread."""
 
-    # thread: its executor; lost_at: when a renewal first missed a child's job
-    __slots__ = ("job", "ctx", "thread", "timeout_s", "released", "child", "lost_at")
+    # thread: its executor; lost_at: when a renewal first missed a child's job;
+    # slot_freed: its slot was given back while its thread runs on (a timeout)
+    __slots__ = ("job", "ctx", "thread", "timeout_s", "slot_freed", "child", "lost_at")
 
     def __init__(self, job, ctx, timeout_s):
         self.job = job
         self.ctx = ctx
         self.thread = None
         self.timeout_s = timeout_s
-        self.released = False
+        self.slot_freed = False
         self.child = None  # the supervised process of a process-mode job
         self.lost_at = None
 
@@ -93,7 +94,7 @@ class Worker:
         for companion in self.companions:
             companion.start()
         wakeup.subscribe(jobs=self.wake, stop=self.stop_check)
-        if any(registry.get(k).policy.mode == "redis" for k in self.kinds) and redisconn.is_local_mode():
+        if any(registry.get(k).policy.mode == "redis" for k in self.kinds) and clients.is_local_mode():
             self.cv_monitor()  # local mode: the embedded CV worker starts with the runworker
         beat = threading.Thread(target=self.heartbeat_loop, name="haulage-heartbeat", daemon=True)
         beat.start()
@@ -172,7 +173,7 @@ class Worker:
 
     def free_slots(self):
         with self.lock:
-            return self.concurrency - sum(1 for r in self.running.values() if not r.released)
+            return self.concurrency - sum(1 for r in self.running.values() if not r.slot_freed)
 
     def done_by_count(self):
         return (self.max_jobs is not None and self.claimed_total >= self.max_jobs
@@ -203,8 +204,8 @@ class Worker:
             log.exception("job %s could not start; failing it", job.pk)
             with self.lock:
                 self.running.pop(job.pk, None)
-            execution.guarded(services.fail, job, error=f"{type(exc).__name__}: {exc}",
-                              code="unstartable", retry=False, exc=exc)
+            execution.guarded(outcome.record, job, Outcome.FAILED, code="unstartable",
+                              error=f"{type(exc).__name__}: {exc}", exc=exc)
 
     def start(self, job):
         policy = registry.get(job.kind).policy
@@ -250,7 +251,7 @@ class Worker:
                     # Released, so its lease is no longer renewed: the reaper
                     # takes the job back once the lease runs out.
                     log.exception("job %s crashed its executor", entry.job.pk)
-                    self.release(entry)
+                    self.free(entry)
                 finally:
                     # Keep a healthy connection for the next job; drop a broken one.
                     connection.close_if_unusable_or_obsolete()
@@ -261,7 +262,7 @@ class Worker:
 
     def cv_monitor(self):
         if self.monitor is None:
-            from jobs.redis_mode import Monitor
+            from jobs.cv.monitor import Monitor
 
             self.monitor = Monitor(self)
             self.monitor.start()
@@ -269,13 +270,13 @@ class Worker:
 
     def run_inline(self, entry):
         job, ctx = entry.job, entry.ctx
-        outcome, value = execution.run_handler(job, ctx)
-        if outcome == "ok" and ctx.stop_reason is None:
+        result, value = execution.run_handler(job, ctx)
+        if result == "ok" and ctx.stop_reason is None:
             self.completions.put((entry, value))  # recorded in a batch by the completer
             self.wake.set()
             return
-        execution.guarded(execution.settle, job, ctx, outcome, value)
-        self.release(entry)
+        execution.guarded(execution.settle, job, ctx, result, value)
+        self.free(entry)
 
     def completer_loop(self):
         """Record successes in batches, beside the main loop's claims.
@@ -305,19 +306,20 @@ class Worker:
         # terminated session, a failover), even if it committed and only the
         # reply was lost: finished work is not run again for want of a retry.
         pairs = [(e.job, value) for e, value in batch]
-        result = execution.guarded(services.complete_many, pairs)
+        result = execution.guarded(outcome.record_successes, pairs)
         for pause_s in COMPLETION_RETRY_PAUSES_S:
             if result is not None or self.hurry.is_set():
                 break
             time.sleep(pause_s)
-            result = execution.guarded(services.complete_many, pairs)
+            result = execution.guarded(outcome.record_successes, pairs)
         if result is None:
             log.warning("%d completions not recorded; their leases will expire and they run again",
                         len(batch))
         for entry, _value in batch:
-            self.release(entry)
+            self.free(entry)
 
-    def release(self, entry):
+    def free(self, entry):
+        """The job's slot is free again: its attempt was recorded, or given up to the reaper."""
         with self.lock:
             if self.running.get(entry.job.pk) is entry:
                 del self.running[entry.job.pk]
@@ -361,14 +363,14 @@ class Worker:
             self.stopping.set()
             self.wake.set()
         with self.lock:
-            held = [r for r in self.running.values() if not r.released]
+            held = [r for r in self.running.values() if not r.slot_freed]
         jobs = [r.job for r in held]
         kept = services.renew_leases(self.row, jobs)
         for entry in held:
             if entry.job.pk in kept:
                 continue
             if entry.child is None:
-                entry.ctx.request_stop("lease_lost")
+                entry.ctx.request_stop(Outcome.LEASE_LOST)
             elif entry.lost_at is None:
                 # A child records its own outcome and then exits, which takes
                 # its interpreter a moment: give it that before calling the
@@ -380,47 +382,36 @@ class Worker:
             late = [r for r in self.running.values() if r.lost_at is not None
                     and time.monotonic() - r.lost_at >= LOST_CHILD_GRACE_S]
         for entry in late:
-            entry.ctx.request_stop("lease_lost")
+            entry.ctx.request_stop(Outcome.LEASE_LOST)
 
     def route_stop_requests(self):
         with self.lock:
-            ids = [pk for pk, r in self.running.items() if not r.released]
+            ids = [pk for pk, r in self.running.items() if not r.slot_freed]
         if not ids:
             return
         asked = Job.objects.filter(pk__in=ids, status=JobStatus.RUNNING).exclude(stop_requested="")
         for pk, what in asked.values_list("pk", "stop_requested"):
             entry = self.running.get(pk)
-            if entry is not None:
+            if entry is not None and what in outcome.STOPS:
                 entry.ctx.request_stop(what)
 
     def enforce_timeouts(self):
         now = time.monotonic()
         with self.lock:
-            late = [r for r in self.running.values() if not r.released and r.timeout_s
+            late = [r for r in self.running.values() if not r.slot_freed and r.timeout_s
                     and now - r.ctx.started_monotonic > r.timeout_s]
         for entry in late:
-            # A thread cannot be killed: fail the job now, stop renewing its
-            # lease, and give its slot back; the thread ends when its handler does.
-            entry.ctx.request_stop("timeout")
-            services.fail(entry.job, error=execution.STOP_MESSAGES["timeout"], code="timeout")
-            entry.released = True
+            # A thread cannot be killed: record the timeout now, stop renewing
+            # its lease, and give its slot back; the thread ends when its handler does.
+            entry.ctx.request_stop(Outcome.TIMEOUT)
+            outcome.record(entry.job, Outcome.TIMEOUT, error=execution.STOP_MESSAGES[Outcome.TIMEOUT])
+            entry.slot_freed = True
             self.wake.set()
 
     def reap(self):
-        """Recover what dead workers left behind; every runworker does this, so any survivor will."""
-        rescued = services.rescue_expired()
-        if rescued:
-            log.info("rescued %d job(s) whose lease expired: %s", len(rescued), rescued)
+        """Recover what dead workers left behind (jobs/reaper.py); any survivor does it."""
+        if reaper.reap():
             self.wake.set()
-        cutoff = timezone.now() - timedelta(seconds=conf.JOBS_WORKER_DEAD_AFTER_SECONDS)
-        WorkerRow.objects.filter(stopped_at__isnull=True, heartbeat_at__lt=cutoff).update(
-            stopped_at=Now()
-        )
-        served = set()
-        for kinds in WorkerRow.objects.filter(stopped_at__isnull=True).values_list("kinds", flat=True):
-            served.update(kinds)
-        services.fail_unserved(served)
-        services.unpark_stranded()
 
     # --- shutdown -----------------------------------------------------------
 
@@ -439,14 +430,14 @@ class Worker:
         while time.monotonic() < deadline and not self.hurry.is_set():
             self.flush_completions()
             with self.lock:
-                if not any(not r.released for r in self.running.values()):
+                if not any(not r.slot_freed for r in self.running.values()):
                     break
             self.hurry.wait(0.1)
         self.flush_completions()
         with self.lock:
-            left = [r for r in self.running.values() if not r.released]
+            left = [r for r in self.running.values() if not r.slot_freed]
         for entry in left:
-            entry.ctx.request_stop("shutdown")
+            entry.ctx.request_stop(Outcome.REQUEUED)
         # Give cooperative handlers (and child supervisors) a moment to unwind
         # and requeue their own jobs; then requeue whatever is still ours.
         settle_s = 1.0 if self.hurry.is_set() else max(5.0, conf.JOBS_KILL_GRACE_SECONDS + 2)
@@ -458,8 +449,8 @@ class Worker:
             time.sleep(0.05)
         self.flush_completions()
         for entry in left:
-            execution.guarded(services.requeue, entry.job,
-                              reason=execution.STOP_MESSAGES["shutdown"])
+            execution.guarded(outcome.record, entry.job, Outcome.REQUEUED,
+                              error=execution.STOP_MESSAGES[Outcome.REQUEUED])
         if self.monitor is not None:
             self.monitor.hand_back_all()
         for _thread in self.executors:
@@ -489,7 +480,7 @@ class Worker:
             try:
                 if self.row is None:
                     self.register()
-                services.ensure_queues()
+                limits.ensure_queues()
                 return True
             except DatabaseError as exc:
                 log.warning("start-up interrupted (%s); trying again", exc.__class__.__name__)

@@ -141,9 +141,9 @@ def run_worker(fast_engine):
 @pytest.fixture(autouse=True)
 def _fresh_queue_settings():
     """Each test starts without queue settings cached by an earlier one."""
-    from jobs import claiming
+    from jobs import limits
 
-    claiming.forget_queue_settings()
+    limits.forget_queue_settings()
 
 
 # --- Loopback HTTP origins for downloads --------------------------------------

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 
-from jobs.cvworker import cv_handler
+from jobs.cv.worker import cv_handler
 
 # Env knobs for the start-up test: how long the warm-up takes, and a file it
 # marks when it starts and ends.
@@ -38,12 +38,12 @@ def warm_up():
 
 
 @cv_handler("noop")
-def noop(payload, ctx):
+def noop(ctx, payload):
     return {"echo": payload.get("echo")}
 
 
 @cv_handler("sleep_for", warmup=warm_up)
-def sleep_for(payload, ctx):
+def sleep_for(ctx, payload):
     """Waits `seconds` (or keeps the CPU busy, with `busy`); stops early when
     told to unless `cooperative` is false."""
     run = uuid.uuid4().hex
@@ -62,7 +62,7 @@ def sleep_for(payload, ctx):
 
 
 @cv_handler("fail")
-def fail(payload, ctx):
+def fail(ctx, payload):
     if payload.get("exit"):
         sys.exit(payload["exit"])
     if payload.get("coded"):
@@ -71,9 +71,9 @@ def fail(payload, ctx):
 
 
 @cv_handler("write_progress")
-def write_progress(payload, ctx):
+def write_progress(ctx, payload):
     steps = payload.get("steps", 4)
     for step in range(1, steps + 1):
         time.sleep(payload.get("step_s", 0.0))
-        ctx.report(step / steps, phase="counting", message=f"step {step} of {steps}")
+        ctx.progress(step / steps, phase="counting", message=f"step {step} of {steps}")
     return {"steps": steps}

@@ -12,16 +12,13 @@ import os
 import signal
 import time
 
+from tests.proc import stopped
+
 
 def write_locks(pid):
     """The POSIX write locks `pid` holds (/proc/locks): SQLite's write and checkpoint locks."""
     with open("/proc/locks") as f:
         return [line for line in f if line.split()[3:5] == ["WRITE", str(pid)]]
-
-
-def stopped(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
 def freeze(pid, *, tries=500):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import redisconn
-from jobs.transport import CVConfig, Transport
+from jobs.cv import clients
+from jobs.cv.transport import CVConfig, Transport
 from tests.cv_handlers import WARMUP_MARKER_ENV, WARMUP_S_ENV
 from tests.integration.test_transport import RedisServer, ledger_lines, states
 from tests.waiting import wait_for
@@ -84,7 +84,7 @@ def cv_workers(tmp_path):
 def channel(redis_url):
     config = CVConfig(prefix=f"p{uuid.uuid4().hex[:10]}", heartbeat_ttl_s=HEARTBEAT_TTL_S,
                       heartbeat_interval_s=HEARTBEAT_INTERVAL_S)
-    client = redisconn.build_client(redis_url)
+    client = clients.build_client(redis_url)
     yield Transport(client, config=config)
     client.close()
 
@@ -171,7 +171,7 @@ def test_the_heartbeat_outlives_a_busy_job_longer_than_its_ttl(channel, cv_worke
 def test_a_worker_rides_out_a_redis_outage_and_serves_when_it_returns(cv_workers, tmp_path):
     server = RedisServer(tmp_path)
     server.start()
-    client = redisconn.build_client(server.url)
+    client = clients.build_client(server.url)
     channel = Transport(client, config=CVConfig(prefix="outage"))
     try:
         worker = cv_workers(url=server.url, prefix="outage", name="w", types=["noop"], concurrency=2)

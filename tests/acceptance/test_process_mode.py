@@ -9,6 +9,7 @@ import pytest
 from jobs import services
 from jobs.models import Job, JobStatus
 from tests.acceptance.conftest import Ledger, wait_for
+from tests.proc import alive
 
 pytestmark = pytest.mark.slow
 
@@ -16,14 +17,6 @@ pytestmark = pytest.mark.slow
 def row(job):
     # Outside a transaction every query sees the workers' latest commits.
     return Job.objects.get(pk=job.pk)
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def pids_of(ledger, job):

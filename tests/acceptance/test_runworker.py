@@ -46,7 +46,7 @@ def test_a_worker_killed_mid_job_has_its_job_run_again_within_the_lease(spawn_wo
     row = status(job)
     assert row.attempts == 2
     assert row.worker_ids == ["first", "second"]
-    assert row.events.filter(kind="rescued").count() == 1
+    assert row.events.filter(kind="expired").count() == 1
 
 
 def test_starting_a_second_worker_does_not_touch_the_first_ones_job(spawn_worker, tmp_path):

@@ -12,6 +12,7 @@ from django_q.models import Failure, Schedule, Success
 
 from jobs.scheduler import OWNER_ENV
 from tests.acceptance.conftest import wait_for
+from tests.proc import read_stat
 
 pytestmark = pytest.mark.slow
 
@@ -38,11 +39,9 @@ def clusters_of(worker_pid):
 def cluster_main(worker_pid):
     """The cluster's main process: the one whose parent is the runworker."""
     for pid in clusters_of(worker_pid):
-        try:
-            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) == worker_pid:
-                return pid
-        except (OSError, IndexError, ValueError):
-            continue
+        stat = read_stat(pid)
+        if stat is not None and stat[1] == worker_pid:
+            return pid
     return None
 
 

@@ -11,11 +11,13 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from jobs import childside
-from jobs.supervisor import Child, Limits, StopReason, WatchSettings, stop_all, watch
+from jobs.supervisor import Child, Limits, StopReason, WatchSettings, watch
+from tests.proc import read_stat
 from tests.supervisor_children import ROOT, argv
 
 # Nothing here depends on the database: the SQLite pass skips it.
@@ -63,7 +65,15 @@ def spawn():
         return child
 
     yield spawn_child
-    stop_all(children, StopReason.SHUTDOWN, grace_s=0)
+    stop_together(children, "requeued", grace_s=0)
+
+
+def stop_together(children, reason, grace_s):
+    """Stop children at once, each from a thread of its own, as a worker's job threads do."""
+    if not children:
+        return []
+    with ThreadPoolExecutor(max_workers=len(children)) as pool:
+        return list(pool.map(lambda child: child.stop(reason, grace_s), children))
 
 
 def test_a_frozen_child_is_stalled_within_stall_plus_poll_and_stopped_within_the_grace(
@@ -80,7 +90,7 @@ def test_a_frozen_child_is_stalled_within_stall_plus_poll_and_stopped_within_the
 
     assert outcome.reason == "stalled"
     # Its last beat came at most a throttle period (plus a loop turn) before the freeze.
-    assert 1.5 - childside.BEAT_EVERY_S - 0.1 <= decided_s <= 1.5 + 0.1 + SLACK_S
+    assert 1.5 - childside.ALIVE_EVERY_S - 0.1 <= decided_s <= 1.5 + 0.1 + SLACK_S
     # SIGCONT after SIGTERM lets the frozen child act on TERM: no KILL needed.
     assert outcome.ended_by == "term"
     assert outcome.status.signal == signal.SIGTERM
@@ -112,10 +122,10 @@ def test_a_setsid_escapee_is_swept_by_its_marker(spawn, tmp_path):
     pids_file = tmp_path / "pids"
     child = spawn(argv("family", "--pids", str(pids_file), "--escapee"))
     escapee = read_pids(pids_file, {"child", "escapee"})["escapee"]
-    assert childside.read_stat(escapee)[2] != child.pgid  # really outside the group
+    assert read_stat(escapee)[2] != child.pgid  # really outside the group
     assert childside.has_marker(escapee, child.marker)
 
-    outcome = child.stop(StopReason.CANCELLED, grace_s=1.0)
+    outcome = child.stop("cancelled", grace_s=1.0)
 
     assert escapee in outcome.swept_pids
     assert outcome.ended_by == "term"
@@ -127,11 +137,11 @@ def test_a_daemon_without_the_marker_is_still_swept_through_the_subreaper_tree(s
     child = spawn(argv("family", "--pids", str(pids_file), "--scrubbed-escapee",
                        "--ignore-term"))
     daemon = read_pids(pids_file, {"child", "scrubbed"})["scrubbed"]
-    _, ppid, pgid = childside.read_stat(daemon)
+    _, ppid, pgid = read_stat(daemon)
     assert pgid != child.pgid and not childside.has_marker(daemon, child.marker)
     assert ppid == child.pid  # orphaned by its double fork, adopted by the child
 
-    outcome = child.stop(StopReason.CANCELLED, grace_s=0.5)
+    outcome = child.stop("cancelled", grace_s=0.5)
 
     assert outcome.ended_by == "kill"
     assert daemon in outcome.swept_pids and daemon in outcome.killed_pids
@@ -171,11 +181,11 @@ def test_shutdown_stops_four_running_children_within_one_grace(spawn, tmp_path):
                 for pid in read_pids(pids_file, {"child", "grandchild"}).values()]
     started = time.monotonic()
 
-    outcomes = stop_all([child for child, _ in families], StopReason.SHUTDOWN, grace_s=1.0)
+    outcomes = stop_together([child for child, _ in families], "requeued", grace_s=1.0)
 
     # One grace for all of them, not one per child.
     assert time.monotonic() - started <= 1.0 + SLACK_S
-    assert [o.reason for o in outcomes] == ["shutdown"] * 4
+    assert [o.reason for o in outcomes] == ["requeued"] * 4
     assert [o.ended_by for o in outcomes] == ["term", "kill", "term", "kill"]
     assert not any(running(pid) for pid in all_pids)
 
@@ -241,16 +251,16 @@ def test_an_ended_child_is_held_unreaped_until_stop_and_never_signalled_after(
     status = child.wait(10)
     assert status.code == 3 and child.describe_exit() == "exit code 3"
     # Its zombie keeps the pid and group id ours while leftovers could exist.
-    assert childside.read_stat(child.pid)[0] == "Z"
+    assert read_stat(child.pid)[0] == "Z"
 
     outcome = child.stop(StopReason.CRASHED)
     assert outcome.ended_by == "exit" and outcome.describe() == "crashed: exit code 3"
-    assert childside.read_stat(child.pid) is None or childside.read_stat(child.pid)[0] != "Z"
+    assert read_stat(child.pid) is None or read_stat(child.pid)[0] != "Z"
 
     sent = []
     for module, name in [(os, "kill"), (os, "killpg"), (signal, "pidfd_send_signal")]:
         monkeypatch.setattr(module, name, lambda *args, name=name: sent.append((name, args)))
-    assert child.stop(StopReason.CANCELLED) is outcome
+    assert child.stop("cancelled") is outcome
     assert child.poll() == status
     assert sent == []
 
@@ -261,10 +271,10 @@ def test_a_child_whose_main_thread_ended_is_not_taken_for_gone(spawn):
             "threading.Thread(target=time.sleep, args=(60,)).start();"
             "ctypes.CDLL(None).pthread_exit(None)")
     child = spawn([sys.executable, "-c", code])
-    assert wait_until(lambda: childside.read_stat(child.pid)[0] == "Z", 10)
+    assert wait_until(lambda: read_stat(child.pid)[0] == "Z", 10)
     assert running(child.pid) and child.poll() is None
 
-    outcome = child.stop(StopReason.CANCELLED, grace_s=0.5)
+    outcome = child.stop("cancelled", grace_s=0.5)
 
     assert outcome.ended_by == "kill" and outcome.status.signal == signal.SIGKILL
     assert not running(child.pid)
@@ -281,7 +291,7 @@ def test_a_failing_watch_stops_the_child_before_raising(spawn, tmp_path):
     with pytest.raises(ConnectionError):
         watch(child, WatchSettings(poll_interval_s=0.1, kill_grace_s=1.0), should_stop=broken)
 
-    assert child.stop(StopReason.CANCELLED).reason == "shutdown"
+    assert child.stop("cancelled").reason == StopReason.ABANDONED
     assert not any(running(pid) for pid in pids.values())
 
 

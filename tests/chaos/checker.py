@@ -3,7 +3,7 @@
 It works on plain data, so it can be tested on evidence written by hand:
 
 - the ledger lines every execution appended (tests/chaos/kinds.py);
-- the job rows and their events (JobEvent: rescued, retry, requeued, ...) after the drain;
+- the job rows and their events (JobEvent: expired, retry, requeued, ...) after the drain;
 - the faults the harness injected, with the jobs a lost worker held at that moment;
 - the sampler's view of RUNNING jobs per concurrency key;
 - what the load generator was told (acknowledged ids, refusals);
@@ -30,8 +30,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Events that end the lease of the attempt they name (completion ends it without an event).
-LEASE_ENDING = {"rescued", "requeued", "retry", "failed", "cancelled", "paused"}
+# Events that end the lease of the attempt they name, besides completion (which the
+# ledger's own lines time). Every word of jobs.models.Outcome that moves a RUNNING job.
+LEASE_ENDING = {"expired", "requeued", "retry", "failed", "cancelled", "paused", "snoozed",
+                "timeout", "stalled", "crashed"}
 # ... except for a CV execution: a requeue gives the attempt back, and the fleet runs on.
 CV_LEASE_ENDING = LEASE_ENDING - {"requeued", "paused"}
 CV_PREFIX = "cv"  # engine lease tokens are UUIDs: never "cv..."
@@ -437,7 +439,7 @@ def check(evidence, *, scenario, seed, database, bound_s, slack_s):
     report.locked_errors_enqueue = evidence.locked_errors_enqueue
     report.locked_errors_workers = evidence.locked_errors_workers
     report.integrity = evidence.integrity
-    report.rescues = sum(1 for e in evidence.events if e.kind == "rescued")
+    report.rescues = sum(1 for e in evidence.events if e.kind == "expired")
 
     runs = executions(evidence.lines)
     events_by_job = defaultdict(list)

@@ -9,7 +9,7 @@ worker's own, since its handlers run in threads.
 import os
 import time
 
-from jobs.cvworker import cv_handler
+from jobs.cv.worker import cv_handler
 from tests.chaos.kinds import CV_TYPE, LEDGER_DIR_ENV, STEP_S, claim_name
 
 
@@ -28,7 +28,7 @@ def write(event, ctx, extra="-"):
 
 
 @cv_handler(CV_TYPE)
-def run(payload, ctx):
+def run(ctx, payload):
     """Start, work in short steps (stopping when asked), commit: one CV execution."""
     write("start", ctx)
     deadline = time.monotonic() + payload.get("seconds", 0)

@@ -85,7 +85,7 @@ def run(ctx, payload):
         if ctx.wait(min(STEP_S, left_s)):
             write("abort", ctx, ctx.stop_reason)
             return None
-        ctx.beat()
+        ctx.alive()
     # A guarded write just before committing: an execution whose lease was
     # taken over learns it here and aborts instead of committing.
     ctx.progress(1.0, phase="done", force=True)

@@ -8,7 +8,8 @@ pidfd opened after that check, so a recycled pid is never hit.
 import os
 import signal
 
-from jobs.childside import MARKER_ENV, is_running, read_stat
+from jobs.childside import MARKER_ENV, is_running
+from tests.proc import read_stat
 
 
 def environ(pid):

@@ -52,14 +52,14 @@ def verdict(lines, jobs, events=(), faults=(), limits=None, acked=None, calls=()
 def test_a_clean_run_with_a_rescue_breaks_nothing():
     # Job 1 ran on a worker that died; rescued at +5, run again from +6.
     lines = ledger((1, 1, A, T0, None, None), (1, 2, B, T0 + 6, T0 + 7, "commit"))
-    events = [Event(1, "rescued", 1, T0 + 5)]
+    events = [Event(1, "expired", 1, T0 + 5)]
     report = verdict(lines, [done(1, B, 2)], events)
     assert report.ok(), report.describe()
 
 
 def test_a_second_execution_while_the_first_lease_was_valid_is_an_overlap():
     lines = ledger((1, 1, A, T0, T0 + 3, "abort"), (1, 2, B, T0 + 2, T0 + 4, "commit"))
-    events = [Event(1, "rescued", 1, T0 + 2.5)]
+    events = [Event(1, "expired", 1, T0 + 2.5)]
     report = verdict(lines, [done(1, B, 2)], events)
     assert report.violations() == {"overlaps": 1}
     assert "before the earlier lease ended" in report.overlaps[0][3]
@@ -75,14 +75,14 @@ def test_a_second_claim_with_no_event_ending_the_first_is_an_overlap():
 def test_a_worker_frozen_between_claim_and_start_is_no_overlap():
     # Claimed (attempt 1), frozen, rescued at +4, run by B from +5; A wakes at +8 and starts.
     lines = ledger((1, 2, B, T0 + 5, T0 + 6, "commit"), (1, 1, A, T0 + 8, T0 + 8.1, "abort"))
-    report = verdict(lines, [done(1, B, 2)], [Event(1, "rescued", 1, T0 + 4)])
+    report = verdict(lines, [done(1, B, 2)], [Event(1, "expired", 1, T0 + 4)])
     assert report.ok(), report.describe()
     assert report.stale_starts == 1
 
 
 def test_a_result_from_an_execution_that_lost_its_lease_is_a_duplicate():
     lines = ledger((1, 1, A, T0, T0 + 9, "commit"), (1, 2, B, T0 + 6, T0 + 7, "commit"))
-    events = [Event(1, "rescued", 1, T0 + 5)]
+    events = [Event(1, "expired", 1, T0 + 5)]
     report = verdict(lines, [done(1, A, 1)], events)
     assert "duplicated" in report.violations()
     assert "after its lease ended" in report.duplicated[0][1]
@@ -123,7 +123,7 @@ def test_an_execution_stops_holding_its_slot_when_its_worker_is_killed():
              line("start", 1, 2, D, T0 + 7, pid=20, worker=20),
              line("commit", 1, 2, D, T0 + 8, pid=20, worker=20)]
     jobs = [done(1, D, 2, ["user:1"]), done(2, B, 1, ["user:1"]), done(3, C, 1, ["user:1"])]
-    events = [Event(1, "rescued", 1, T0 + 4)]
+    events = [Event(1, "expired", 1, T0 + 4)]
     kill = Fault("worker_kill", "w", mono=T0 + 1 - MONO, wall=T0 + 1, pid=10)
     assert verdict(lines, jobs, events, faults=[kill], limits={"user:1": 2}).ok()
     report = verdict(lines, jobs, events, faults=[], limits={"user:1": 2})
@@ -136,7 +136,7 @@ def test_recovery_is_timed_from_the_fault_to_the_next_claim_and_judged_against_t
     fault = Fault("worker_kill", "w", mono=T0 + 1 - MONO, wall=T0 + 1, pid=10,
                   loses_worker=True, held=[(1, A), (2, C)])
     seen = {(2, D): T0 + 4 - MONO}  # job 2 claimed again at +4 (the sampler), began at +6
-    events = [Event(1, "rescued", 1, T0 + 4), Event(2, "rescued", 1, T0 + 4)]
+    events = [Event(1, "expired", 1, T0 + 4), Event(2, "expired", 1, T0 + 4)]
     evidence = Evidence(lines=lines, jobs=[done(1, B, 2), done(2, D, 2)], events=events,
                         faults=[fault], limits={}, acked={1, 2}, claims_seen=seen)
     report = check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
@@ -152,7 +152,7 @@ def test_time_a_rescued_job_waits_behind_its_full_key_is_queueing_not_recovery()
                    (2, 1, C, T0 + 3, T0 + 9, "commit"))
     fault = Fault("worker_kill", "w", mono=T0 + 1 - MONO, wall=T0 + 1, pid=10,
                   loses_worker=True, held=[(1, A)])
-    events = [Event(1, "rescued", 1, T0 + 4)]
+    events = [Event(1, "expired", 1, T0 + 4)]
     jobs = [done(1, B, 2, keys=["user:0"]), done(2, C, 1, keys=["user:0"])]
     report = verdict(lines, jobs, events, [fault], limits={"user:0": 1})
     assert [round(r[2], 2) for r in report.recoveries] == [3.5]
@@ -209,7 +209,7 @@ def test_evidence_saved_and_loaded_gives_the_same_verdict(tmp_path):
     fault = Fault("worker_kill", "w", mono=T0 - MONO, wall=T0, pid=10, loses_worker=True,
                   held=[(1, A)])
     evidence = Evidence(lines=lines, jobs=[done(1, B, 2, ["user:1"])], faults=[fault],
-                        events=[Event(1, "rescued", 1, T0 + 2.5)], limits={"user:1": 1},
+                        events=[Event(1, "expired", 1, T0 + 2.5)], limits={"user:1": 1},
                         acked={1}, claims_seen={(1, B): T0 + 1.9 - MONO})
     save(evidence, tmp_path / "evidence.json")
     again = load(tmp_path / "evidence.json")
@@ -257,7 +257,7 @@ def test_a_requeue_does_not_end_a_cv_attempt_but_a_rescue_does():
     lines = ledger((1, 1, CV1, T0 + 1, T0 + 2, "commit"))
     assert verdict(lines, [done(1, CV1, 1)], [Event(1, "requeued", 1, T0)]).ok()
     # Rescued: attempt 1's lease is gone, so its result cannot be the job's.
-    report = verdict(lines, [done(1, CV1, 1)], [Event(1, "rescued", 1, T0 + 1.5)])
+    report = verdict(lines, [done(1, CV1, 1)], [Event(1, "expired", 1, T0 + 1.5)])
     assert report.duplicated == [(1, "result written by cv1 after its lease ended")]
 
 
@@ -316,7 +316,7 @@ def test_a_lost_workers_job_that_the_rescue_failed_for_good_counts_as_recovered_
                  held=[(1, A)])
     job = JobRow(id=1, status="FAILED", result=None, attempts=3, error_code="lease_expired",
                  kind="downloads.fetch", error_codes=("crashed", "crashed", "lease_expired"))
-    evidence = Evidence(lines=[], jobs=[job], events=[Event(1, "rescued", 3, T0 + 4)],
+    evidence = Evidence(lines=[], jobs=[job], events=[Event(1, "expired", 3, T0 + 4)],
                         faults=[kill], limits={}, acked=set(),
                         allowed_failures={"crashed": "", "lease_expired": ""})
     report = check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
@@ -334,13 +334,13 @@ def test_a_rescued_download_is_held_to_the_bound_until_its_rescue_not_its_next_c
                  held=[(1, A)])
     job = JobRow(id=1, status="SUCCESSFUL", result={"asset": 1}, attempts=2,
                  kind="downloads.fetch")
-    events = [Event(1, "rescued", 1, T0 + 3)]
+    events = [Event(1, "expired", 1, T0 + 3)]
     evidence = Evidence(lines=[], jobs=[job], events=events, faults=[kill], limits={},
                         acked=set(), claims_seen={(1, B): T0 + 9 - MONO})
     report = check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
     assert report.ok(), report.describe()
     assert [r[2] for r in report.recoveries] == [3.0] and [r[2] for r in report.reclaims] == [9.0]
     # A rescue that came late is late.
-    evidence.events = [Event(1, "rescued", 1, T0 + 7)]
+    evidence.events = [Event(1, "expired", 1, T0 + 7)]
     report = check(evidence, scenario="t", seed=1, database="none", bound_s=4.5, slack_s=1.5)
     assert report.violations() == {"late recoveries": 1}

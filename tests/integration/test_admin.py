@@ -271,7 +271,7 @@ def test_cancel_is_immediate_for_queued_jobs_and_a_stop_request_for_running_ones
                             "select_across": "0", "confirm": "yes"})
     assert Job.objects.get(pk=queued.pk).status == JobStatus.CANCELLED
     row = Job.objects.get(pk=running.pk)
-    assert (row.status, row.stop_requested) == (JobStatus.RUNNING, "cancel")
+    assert (row.status, row.stop_requested) == (JobStatus.RUNNING, "cancelled")
     assert Job.objects.get(pk=done.pk).status == JobStatus.SUCCESSFUL
 
 

@@ -7,9 +7,9 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs import services
+from jobs import order, services
 from jobs.exceptions import IllegalTransition
-from jobs.models import Job, JobEvent, JobStatus, Worker
+from jobs.models import Action, Job, JobEvent, JobStatus, Worker
 
 pytestmark = pytest.mark.django_db
 
@@ -68,7 +68,7 @@ def test_a_move_is_recorded_with_who_and_why(staff_user):
     first, second = make_queue([(0, 0, 0, False), (0, 0, 1, False)])
     assert services.move_to_front(Job.objects.get(pk=second), actor=staff_user, reason="VIP")
     event = JobEvent.objects.get(job_id=second)
-    assert (event.kind, event.actor, event.reason) == (JobEvent.Kind.MOVED, staff_user, "VIP")
+    assert (event.kind, event.actor, event.reason) == (Action.MOVED, staff_user, "VIP")
     assert event.data["how"] == "front" and event.data["was"] == [0, 0]
     assert ready_order() == [second, first]
 
@@ -98,7 +98,7 @@ def test_only_queued_jobs_move(staff_user):
 
 
 def test_a_move_far_back_is_refused_instead_of_renumbering_the_world(monkeypatch):
-    monkeypatch.setattr(services, "MOVE_RENUMBER_MAX", 3)
+    monkeypatch.setattr(order, "MOVE_RENUMBER_MAX", 3)
     ids = make_queue([(0, 0, 0, False)] * 6)
     with pytest.raises(IllegalTransition):
         services.move_up(Job.objects.get(pk=ids[5]))
@@ -114,7 +114,7 @@ def test_a_priority_tier_clears_the_manual_position(staff_user):
     row = Job.objects.get(pk=first)
     assert (row.priority, row.position) == (0, 0)
     event = row.events.get()
-    assert event.kind == JobEvent.Kind.PRIORITY and event.data == {"priority": 0, "was": 0}
+    assert event.kind == Action.PRIORITY and event.data == {"priority": 0, "was": 0}
     Job.objects.filter(pk=first).update(status=JobStatus.SUCCESSFUL)
     with pytest.raises(IllegalTransition):
         services.set_priority_tier(row, 10)
@@ -131,7 +131,7 @@ def test_retry_matching_retries_failed_jobs_in_batches_and_skips_the_rest(staff_
     assert set(Job.objects.filter(status=JobStatus.READY).values_list("pk", flat=True)) == {
         j.pk for j in failed}
     assert Job.objects.get(pk=done.pk).status == JobStatus.SUCCESSFUL
-    assert JobEvent.objects.filter(kind=JobEvent.Kind.RETRIED, actor=staff_user,
+    assert JobEvent.objects.filter(kind=Action.RETRIED, actor=staff_user,
                                    reason="fixed").count() == 7
 
 

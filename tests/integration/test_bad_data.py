@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import bounds, registry, services
+from jobs import reaper, registry, services
 from jobs.models import ConcurrencyLimit, Job, JobStatus, Queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,7 +19,7 @@ def test_a_gap_of_1e308_in_the_queue_row_is_read_as_the_longest_gap(run_worker, 
     Queue.objects.create(name="default")
     Queue.objects.filter(name="default").update(
         gap_seconds=1e308, concurrency=2**31 - 1,
-        last_started_at=timezone.now() - timedelta(seconds=bounds.GAP_SECONDS_MAX + 60))
+        rests_until=timezone.now() - timedelta(seconds=1))
     job = services.enqueue("tests.echo", {"i": 1})
     with caplog.at_level(logging.WARNING, logger="jobs.bounds"):
         worker = run_worker()
@@ -58,12 +58,13 @@ def test_a_job_whose_keys_are_no_list_of_strings_is_failed_and_the_rest_run(run_
     bad = services.enqueue("tests.limited", {"keys": ["user:3"]})
     Job.objects.filter(pk=bad.pk).update(concurrency_keys=keys)
     good = services.enqueue("tests.limited", {"keys": ["user:3"]})
-    with caplog.at_level(logging.WARNING, logger="jobs.claiming"):
+    with caplog.at_level(logging.WARNING, logger="jobs.history"):
         run_worker()
     bad.refresh_from_db()
     assert (bad.status, bad.error_code) == (JobStatus.FAILED, "invalid_keys")
     assert Job.objects.get(pk=good.pk).status == JobStatus.SUCCESSFUL
-    assert f"failing jobs [{bad.pk}]" in caplog.text
+    [record] = [r for r in caplog.records if getattr(r, "job_id", None) == bad.pk]
+    assert record.levelno == logging.ERROR and "invalid_keys" in record.getMessage()
 
 
 @pytest.fixture
@@ -93,7 +94,9 @@ def test_a_job_of_a_kind_nobody_serves_is_failed_with_a_log_line(caplog):
     job = services.enqueue("tests.noop", {})
     Job.objects.filter(pk=job.pk).update(kind="gone.kind",
                                          enqueued_at=timezone.now() - timedelta(days=2))
-    with caplog.at_level(logging.WARNING, logger="jobs.services"):
-        assert services.fail_unserved(["tests.noop"]) == 1
+    with caplog.at_level(logging.WARNING, logger="jobs.history"):
+        assert reaper.fail_unserved({"tests.noop"}) == 1
     assert Job.objects.get(pk=job.pk).error_code == "unknown_kind"
-    assert "no live worker serves its kind 'gone.kind'" in caplog.text
+    [record] = [r for r in caplog.records if r.name == "jobs.history"]
+    assert record.levelno == logging.ERROR and record.job_kind == "gone.kind"
+    assert "No worker serves this kind of job" in record.getMessage()

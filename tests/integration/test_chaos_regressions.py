@@ -20,12 +20,20 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from jobs import claiming, redisconn, services
-from jobs.cvworker import CVWorker
+from jobs import claiming, reaper, services
+from jobs.cv import clients
+from jobs.cv.monitor import Monitor
+from jobs.cv.transport import (
+    Admission,
+    CVConfig,
+    Transport,
+    encode_message,
+    parse_message,
+    result_path,
+)
+from jobs.cv.worker import CVWorker
 from jobs.models import Job, JobStatus
 from jobs.models import Worker as WorkerRow
-from jobs.redis_mode import Monitor
-from jobs.transport import Claim, CVConfig, Transport, encode_message, parse_message, result_path
 from tests import cv_handlers  # noqa: F401 - registers the CV test handlers
 from tests.acceptance.conftest import wait_for
 from tests.servers import need
@@ -38,7 +46,7 @@ def prefix(redis_url):
     """A key prefix of this test's own on the shared Redis, emptied afterwards."""
     name = f"chaos-regress-{uuid.uuid4().hex[:8]}"
     yield name
-    client = redisconn.build_client(redis_url)
+    client = clients.build_client(redis_url)
     keys = list(client.scan_iter(f"{name}:*"))
     if keys:
         client.delete(*keys)
@@ -77,7 +85,7 @@ def held_by_a_silent_worker(transport, worker_id, job_id):
 @pytest.mark.dbless
 def test_heartbeats_that_expired_during_a_stall_do_not_count_as_deaths(stalling_redis):
     config = CVConfig(prefix="p", heartbeat_ttl_s=1, heartbeat_interval_s=0.2)
-    transport = Transport(redisconn.build_client(stalling_redis.url), config=config)
+    transport = Transport(clients.build_client(stalling_redis.url), config=config)
     raw = held_by_a_silent_worker(transport, "w1", "7")
 
     stalling_redis.pause(1500)  # longer than the TTL: the heartbeat is gone afterwards
@@ -94,8 +102,8 @@ def test_heartbeats_that_expired_during_a_stall_do_not_count_as_deaths(stalling_
 @pytest.mark.dbless
 def test_a_worker_that_beats_again_after_a_stall_keeps_its_jobs(stalling_redis):
     config = CVConfig(prefix="p", heartbeat_ttl_s=1, heartbeat_interval_s=0.2)
-    transport = Transport(redisconn.build_client(stalling_redis.url), config=config)
-    worker = Transport(redisconn.build_client(stalling_redis.url), config=config)
+    transport = Transport(clients.build_client(stalling_redis.url), config=config)
+    worker = Transport(clients.build_client(stalling_redis.url), config=config)
     raw = held_by_a_silent_worker(worker, "w2", "8")
     stalling_redis.pause(1500)
     assert transport.reap_dead_workers() == 0
@@ -109,7 +117,7 @@ def test_a_worker_that_beats_again_after_a_stall_keeps_its_jobs(stalling_redis):
 @pytest.mark.dbless
 def test_without_a_stall_a_missing_heartbeat_is_a_death_at_once(redis_url, prefix):
     config = CVConfig(prefix=prefix, heartbeat_ttl_s=1, heartbeat_interval_s=0.2)
-    transport = Transport(redisconn.build_client(redis_url), config=config)
+    transport = Transport(clients.build_client(redis_url), config=config)
     held_by_a_silent_worker(transport, "w3", "9")
     transport.client.delete(transport.worker_key("w3"))
     assert transport.reap_dead_workers() == 1
@@ -125,7 +133,7 @@ def test_a_cv_worker_registers_its_running_attempt_again_after_redis_lost_everyt
     worker = CVWorker(types=["sleep_for"], concurrency=2, worker_id="regress-1", url=redis_url,
                       config=config)
     threading.Thread(target=worker.run, daemon=True).start()
-    transport = Transport(redisconn.build_client(redis_url), config=config)
+    transport = Transport(clients.build_client(redis_url), config=config)
     ledger = tmp_path / "ledger"
     try:
         assert worker.ready.wait(10)
@@ -140,7 +148,7 @@ def test_a_cv_worker_registers_its_running_attempt_again_after_redis_lost_everyt
                 for raw in transport.held_by("regress-1")] == ["41"]
         # So a copy sent again meanwhile is dropped, not run alongside.
         duplicate = parse_message(encode_message("sleep_for", "41", 1, {}), max_bytes=10**6)
-        assert transport.claim(duplicate, "regress-2:x") is Claim.DUPLICATE
+        assert transport.admit(duplicate, "regress-2:x") is Admission.DUPLICATE
         wait_for(lambda: (transport.status("41") or {}).get("state") == "done", timeout=10)
     finally:
         worker.request_stop()
@@ -157,13 +165,13 @@ def monitor(transactional_db, settings, redis_url, prefix, media_root):
     settings.CV_REDIS_PREFIX = prefix
     settings.CV_HEARTBEAT_TTL_S = 1
     settings.CV_HEARTBEAT_INTERVAL_S = 0.2
-    redisconn._clients.clear()
+    clients._clients.clear()
     row = WorkerRow.objects.create(name="regress", host="h", pid=1, queues=["cv"],
                                    kinds=["tests.cv_noop"], concurrency=1)
     watcher = Monitor(SimpleNamespace(row=row, exited=threading.Event(), wake=threading.Event(),
                                       reset_connection=lambda: None))
     yield watcher
-    redisconn._clients.clear()
+    clients._clients.clear()
 
 
 def claimed_cv_job(monitor):
@@ -240,7 +248,7 @@ def test_a_download_failed_by_its_last_rescue_leaves_no_asset_downloading_and_no
     (staging / "media.mp4.part").write_bytes(b"\0" * 1024)
     Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
 
-    assert services.rescue_expired() == [job.pk]
+    assert reaper.rescue_expired() == [job.pk]
     job.refresh_from_db()
     assert (job.status, job.error_code) == (JobStatus.FAILED, "lease_expired")
     assert MediaAsset.objects.get(pk=download.asset_id).state != MediaAsset.State.DOWNLOADING
@@ -254,7 +262,7 @@ def test_cv_jobs_claimed_together_are_all_watched_before_the_first_is_sent(
         transactional_db, settings, stalling_redis, prefix, media_root):
     settings.REDIS_URL = stalling_redis.url
     settings.CV_REDIS_PREFIX = prefix
-    redisconn._clients.clear()
+    clients._clients.clear()
     row = WorkerRow.objects.create(name="batch", host="h", pid=1, queues=["cv"],
                                    kinds=["tests.cv_noop"], concurrency=3)
     watcher = Monitor(SimpleNamespace(row=row, exited=threading.Event(), wake=threading.Event(),
@@ -275,7 +283,7 @@ def test_cv_jobs_claimed_together_are_all_watched_before_the_first_is_sent(
         sending.join(20)
         assert watcher.transport.queue_lengths(["noop"]) == {"noop": 3}
     finally:
-        redisconn._clients.clear()
+        clients._clients.clear()
 
 
 def test_a_watched_job_not_sent_yet_is_never_sent_by_the_lost_attempt_path(monitor):

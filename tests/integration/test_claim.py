@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import claiming, services
-from jobs.models import ConcurrencyLimit, Job, JobEvent, JobStatus, Queue, Worker
+from jobs import claiming, outcome, reaper, services
+from jobs.models import ConcurrencyLimit, Job, JobEvent, JobStatus, Outcome, Queue, Worker
 
 pytestmark = pytest.mark.django_db
 
@@ -67,14 +67,19 @@ def test_a_paused_queue_is_not_claimed_and_a_global_limit_holds():
     assert claim(worker) == []  # two running: the limit is reached
 
 
-def test_a_gap_between_starts_allows_one_start_per_gap():
+def test_a_gap_rests_the_queue_after_each_start_and_after_each_end():
     for _ in range(3):
         services.enqueue("tests.noop", {})
     services.set_queue("default", gap_seconds=60)
     worker = make_worker()
-    assert len(claim(worker)) == 1
-    assert claim(worker) == []
-    Queue.objects.filter(name="default").update(last_started_at=timezone.now() - timezone.timedelta(seconds=61))
+    [first] = claim(worker)
+    assert claim(worker) == []  # resting from the start
+    Queue.objects.filter(name="default").update(rests_until=timezone.now() - timezone.timedelta(seconds=1))
+    assert outcome.record(first, Outcome.SUCCEEDED)
+    assert claim(worker) == []  # resting from the end, however long the job took
+    rest = Queue.objects.get(name="default").rests_until
+    assert rest >= timezone.now() + timezone.timedelta(seconds=59)
+    Queue.objects.filter(name="default").update(rests_until=timezone.now() - timezone.timedelta(seconds=1))
     assert len(claim(worker)) == 1
 
 
@@ -90,7 +95,7 @@ def test_a_full_key_parks_its_jobs_and_others_still_run():
     assert Job.objects.filter(blocked_key="user:1").count() == 29
     # Finishing user 1's job unparks exactly one of the waiting ones.
     running = next(j for j in first if j.payload["keys"] == ["user:1"])
-    assert services.complete(running)
+    assert outcome.record(running, Outcome.SUCCEEDED)
     assert Job.objects.filter(blocked_key="user:1").count() == 28
     [nxt] = claim(worker, limit=4)
     assert nxt.payload["keys"] == ["user:1"]
@@ -120,12 +125,12 @@ def test_transitions_are_guarded_by_the_lease_token():
     [claimed] = claim(make_worker())
     stale = Job.objects.get(pk=job.pk)
     stale.lease_token = uuid.uuid4()
-    assert services.complete(stale) is False
+    assert outcome.record(stale, Outcome.SUCCEEDED) is False
     assert services.report_progress(stale, fraction=0.5) is False
-    assert services.fail(stale, error="x") is False
+    assert outcome.record(stale, Outcome.RETRY, error="x") is False
     assert Job.objects.get(pk=job.pk).status == JobStatus.RUNNING
-    assert services.complete(claimed, {"done": True})
-    assert services.complete(claimed) is False  # a second completion changes nothing
+    assert outcome.record(claimed, Outcome.SUCCEEDED, result={"done": True})
+    assert outcome.record(claimed, Outcome.SUCCEEDED) is False  # a second completion changes nothing
     assert Job.objects.get(pk=job.pk).result == {"done": True}
 
 
@@ -133,11 +138,11 @@ def test_failure_retries_until_attempts_run_out():
     job = services.enqueue("tests.fail_value_error", {})
     worker = make_worker()
     [c] = claim(worker)
-    assert services.fail(c, error="boom", code="error", delay_s=0)
+    assert outcome.record(c, Outcome.RETRY, error="boom", code="error", delay_s=0)
     row = Job.objects.get(pk=job.pk)
     assert row.status == JobStatus.READY and row.attempts == 1
     [c] = claim(worker)
-    assert services.fail(c, error="boom again", code="error", delay_s=0)
+    assert outcome.record(c, Outcome.RETRY, error="boom again", code="error", delay_s=0)
     row = Job.objects.get(pk=job.pk)
     assert row.status == JobStatus.FAILED and row.attempts == 2
     assert [e["message"] for e in row.errors] == ["boom", "boom again"]
@@ -152,14 +157,15 @@ def test_cancel_and_pause_of_running_jobs_wait_for_the_worker():
     services.cancel(c, reason="changed my mind")
     row = Job.objects.get(pk=job.pk)
     # Still RUNNING, still holding user:3's slot, until its worker stops it.
-    assert row.status == JobStatus.RUNNING and row.stop_requested == "cancel"
+    assert row.status == JobStatus.RUNNING and row.stop_requested == Outcome.CANCELLED
     assert claim(worker) == []
-    assert services.acknowledge_stop(c) == JobStatus.CANCELLED
+    assert outcome.record(c, Outcome.CANCELLED)
     assert Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED
     [w] = claim(worker)
     assert w.pk == waiting.pk
     services.pause(w)
-    assert services.acknowledge_stop(w) == JobStatus.PAUSED
+    assert outcome.record(w, Outcome.PAUSED)
+    assert Job.objects.get(pk=w.pk).status == JobStatus.PAUSED
     paused = Job.objects.get(pk=w.pk)
     assert paused.attempts == 0  # a pause spends no attempt
     services.resume(paused)
@@ -188,12 +194,12 @@ def test_rescue_requeues_only_expired_leases_and_spends_the_attempt():
     worker = make_worker()
     claim(worker)
     Job.objects.filter(pk=dead.pk).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
-    assert services.rescue_expired() == [dead.pk]
+    assert reaper.rescue_expired() == [dead.pk]
     assert Job.objects.get(pk=live.pk).status == JobStatus.RUNNING
     rescued = Job.objects.get(pk=dead.pk)
     assert rescued.status == JobStatus.READY and rescued.attempts == 1
     assert rescued.lease_token is None
-    assert rescued.events.get().kind == "rescued"
+    assert rescued.events.get().kind == Outcome.EXPIRED
 
 
 def test_a_rescued_job_waits_out_its_kinds_backoff_like_any_failed_attempt():
@@ -201,7 +207,7 @@ def test_a_rescued_job_waits_out_its_kinds_backoff_like_any_failed_attempt():
     claim(make_worker())
     Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
     before = timezone.now()
-    assert services.rescue_expired() == [job.pk]
+    assert reaper.rescue_expired() == [job.pk]
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.error_code) == (JobStatus.READY, 1, "lease_expired")
     # Attempt 1's backoff is drawn from 300..600 s: not claimable now.
@@ -213,7 +219,7 @@ def test_rescue_fails_a_job_whose_attempts_are_spent():
     job = services.enqueue("tests.echo", {})  # max_attempts=1
     claim(make_worker())
     Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
-    services.rescue_expired()
+    reaper.rescue_expired()
     row = Job.objects.get(pk=job.pk)
     assert row.status == JobStatus.FAILED and row.error_code == "lease_expired"
 
@@ -221,10 +227,10 @@ def test_rescue_fails_a_job_whose_attempts_are_spent():
 def test_shutdown_requeue_spends_no_attempt():
     job = services.enqueue("tests.sleep_for", {})
     [c] = claim(make_worker())
-    assert services.requeue(c, reason="shutdown")
+    assert outcome.record(c, Outcome.REQUEUED, error="shutdown")
     row = Job.objects.get(pk=job.pk)
     assert row.status == JobStatus.READY and row.attempts == 0
-    assert services.requeue(c, reason="shutdown") is False  # exactly once
+    assert outcome.record(c, Outcome.REQUEUED, error="shutdown") is False  # exactly once
 
 
 @pytest.mark.django_db(transaction=True)
@@ -255,7 +261,7 @@ def test_two_claimers_released_together_never_exceed_a_limit_of_one():
         running = [j.concurrency_keys[0] for j in Job.objects.filter(status=JobStatus.RUNNING)]
         assert len(running) == len(set(running))
         for job in got:
-            services.complete(job)
+            outcome.record(job, Outcome.SUCCEEDED)
 
 
 def test_the_hot_path_spends_a_fixed_number_of_queries_per_batch(django_assert_max_num_queries):
@@ -267,8 +273,9 @@ def test_the_hot_path_spends_a_fixed_number_of_queries_per_batch(django_assert_m
     with django_assert_max_num_queries(4):
         batch = claim(worker, limit=20)
     assert len(batch) == 20
-    # One guarded UPDATE completes the whole batch, whatever its size (plus the savepoint).
-    with django_assert_max_num_queries(3):
+    # One guarded UPDATE completes the whole batch, whatever its size, and one INSERT
+    # notes it (plus the savepoint).
+    with django_assert_max_num_queries(4):
         done = services.complete_many([(job, None) for job in batch])
     assert sorted(done) == sorted(job.pk for job in batch)
     assert Job.objects.filter(status=JobStatus.SUCCESSFUL).count() == 20

@@ -106,7 +106,7 @@ def test_segment_thumbnails_show_their_own_shot(media, tmp_path):
 
 def test_segment_reports_progress_in_order(media, tmp_path):
     reports = []
-    cv.segment(media["shots"], out_dir=tmp_path, report=lambda *args: reports.append(args))
+    cv.segment(media["shots"], out_dir=tmp_path, report=lambda fraction, *, phase, message: reports.append((fraction, phase, message)))
 
     fractions = [fraction for fraction, _, _ in reports]
     assert fractions == sorted(fractions)

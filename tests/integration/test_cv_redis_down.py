@@ -10,10 +10,11 @@ import pytest
 
 from downloads import services
 from downloads.models import Download, MediaAsset, Shot
-from jobs import claiming, redisconn, selectors
-from jobs.models import Job, JobEvent, JobStatus
+from jobs import claiming, selectors
+from jobs.cv import clients
+from jobs.cv.monitor import Monitor
+from jobs.models import Job, JobEvent, JobStatus, Outcome
 from jobs.models import Worker as WorkerRow
-from jobs.redis_mode import Monitor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,9 +29,9 @@ def closed_port():
 def dead_redis(settings, tmp_path):
     settings.MEDIA_ROOT = tmp_path / "media"
     settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
-    redisconn._clients.clear()
+    clients._clients.clear()
     yield settings.REDIS_URL
-    redisconn._clients.clear()
+    clients._clients.clear()
 
 
 @pytest.fixture
@@ -89,6 +90,6 @@ def test_a_job_sent_back_by_a_dead_redis_says_redis_is_unreachable(video, owner)
     standing = selectors.standing(job, served_kinds={"downloads.segment"})
     assert standing.reason == "transport_unavailable"
     assert "Redis" in standing.message and "unreachable" in standing.message
-    event = JobEvent.objects.get(job=job, kind=JobEvent.Kind.REQUEUED)
+    event = JobEvent.objects.get(job=job, kind=Outcome.REQUEUED)
     assert "shutdown" not in event.get_kind_display()
     assert "Redis" in event.reason

@@ -10,7 +10,7 @@ from django.db import connection
 from downloads import fetch, selectors, services, storage
 from downloads.errors import NetworkFailed, QuotaExceeded, Unavailable
 from downloads.models import Download, DownloadQuota, MediaAsset
-from jobs.models import Job, JobStatus
+from jobs.models import Job, JobStatus, Outcome
 
 pytestmark = pytest.mark.usefixtures("media_root")
 
@@ -124,10 +124,10 @@ def test_worker_cleanup_releases_the_asset_it_held(user):
     job.lease_token = uuid.uuid4()
     assert services.asset_claim(download.asset_id, job.lease_token)
     folder = partial(download.asset_id)
-    fetch.cleanup(job, reason="paused")
+    fetch.cleanup(job, outcome=Outcome.PAUSED, final=False)
     assert folder.exists() and MediaAsset.objects.get().state == "pending"
     assert services.asset_claim(download.asset_id, job.lease_token)
-    fetch.cleanup(job, reason="stalled")
+    fetch.cleanup(job, outcome=Outcome.STALLED, final=False)
     assert not folder.exists() and MediaAsset.objects.get().state == "pending"
 
 

@@ -8,7 +8,7 @@ from django.test import Client
 
 from downloads import services, shots, storage
 from downloads.models import Download, MediaAsset, Shot
-from jobs import redisconn
+from jobs.cv import clients
 from jobs.exceptions import IllegalTransition
 from jobs.models import Job, JobStatus
 from tests import media
@@ -31,9 +31,9 @@ def fetch(client, url):
 def local_mode(settings, tmp_path):
     settings.REDIS_URL = ""
     settings.MEDIA_ROOT = tmp_path / "media"
-    redisconn._clients.clear()
+    clients._clients.clear()
     yield
-    redisconn._clients.clear()
+    clients._clients.clear()
 
 
 @pytest.fixture

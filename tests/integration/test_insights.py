@@ -12,6 +12,7 @@ from django.utils import timezone
 from downloads.models import Download, DownloadStatus, MediaAsset, url_digest
 from insights import conf, selectors, services
 from insights.models import Insight, InsightKind
+from jobs import reaper
 from jobs import services as jobs
 from jobs.models import Job, JobStatus
 from jobs.worker import Worker
@@ -348,7 +349,7 @@ def test_a_stale_worker_cannot_overwrite_the_insight_once_its_lease_moved_on(use
     stale = claim("frozen")
     # Its worker froze past the lease: the job is rescued and another attempt takes it.
     Job.objects.filter(pk=stale.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    assert jobs.rescue_expired() == [stale.pk]
+    assert reaper.rescue_expired() == [stale.pk]
     Job.objects.filter(pk=stale.pk).update(run_after=timezone.now())
     fresh = claim("survivor")
     assert execution.run_handler(fresh, JobContext(fresh))[0] == "ok"

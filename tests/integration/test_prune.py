@@ -12,7 +12,7 @@ from django.db import connection, models
 from django.utils import timezone
 
 from jobs import conf, prune, services
-from jobs.models import Job, JobEvent, JobStatus
+from jobs.models import Job, JobEvent, JobStatus, Outcome
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +25,7 @@ def job(status, *, finished_days_ago=None, enqueued_days_ago=60):
         enqueued_at=now - timedelta(days=enqueued_days_ago),
         finished_at=None if finished_days_ago is None else now - timedelta(days=finished_days_ago),
     )
-    JobEvent.objects.create(job_id=row.pk, kind=JobEvent.Kind.FAILED, reason="for the timeline")
+    JobEvent.objects.create(job_id=row.pk, kind=Outcome.FAILED, reason="for the timeline")
     return row.pk
 
 

@@ -7,7 +7,8 @@ import sys
 import pytest
 from django.db import connection
 
-from jobs import redisconn, services
+from jobs import services
+from jobs.cv import clients
 from jobs.models import JobStatus
 from tests.acceptance.conftest import ROOT
 from tests.servers import database_url
@@ -23,9 +24,9 @@ def cv_handlers(settings):
 @pytest.fixture
 def local_mode(settings, cv_handlers):
     settings.REDIS_URL = ""
-    redisconn._clients.clear()
+    clients._clients.clear()
     yield
-    redisconn._clients.clear()
+    clients._clients.clear()
 
 
 def test_local_mode_runs_cv_jobs_on_the_embedded_worker(run_worker, local_mode):
@@ -57,8 +58,8 @@ def test_a_cv_handler_calling_sys_exit_fails_its_job_and_the_worker_goes_on(run_
 
 def test_real_redis_and_a_cv_worker_process(run_worker, settings, redis_url, cv_handlers, tmp_path):
     settings.REDIS_URL = redis_url
-    redisconn._clients.clear()
-    redisconn.get_client().flushdb()
+    clients._clients.clear()
+    clients.get_client().flushdb()
     env = {**os.environ, "REDIS_URL": redis_url, "DATABASE_URL": database_url(connection),
            "JOBS_HANDLER_MODULES": "tests.cv_handlers"}
     cv = subprocess.Popen([sys.executable, "manage.py", "runcvworker", "--concurrency", "2"],
@@ -69,7 +70,7 @@ def test_real_redis_and_a_cv_worker_process(run_worker, settings, redis_url, cv_
     finally:
         cv.terminate()
         cv.wait(30)
-        redisconn._clients.clear()
+        clients._clients.clear()
     for job in jobs:
         job.refresh_from_db()
         assert job.status == JobStatus.SUCCESSFUL, job.error

@@ -38,28 +38,28 @@ def test_readyz_ok_when_database_and_migrations_are_there(client, db):
 
 
 def test_readyz_reports_a_dead_redis(client, db, settings):
-    from jobs import redisconn
+    from jobs.cv import clients
 
     # A port nothing listens on: the check must fail fast with a 503, not hang.
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    redisconn._clients.clear()
+    clients._clients.clear()
     try:
         response = client.get("/readyz")
     finally:
-        redisconn._clients.clear()
+        clients._clients.clear()
     assert response.status_code == 503
     assert response.json()["checks"]["redis"].startswith("redis unreachable")
 
 
 def test_readyz_checks_a_live_redis(client, db, settings, redis_url):
-    from jobs import redisconn
+    from jobs.cv import clients
 
     settings.REDIS_URL = redis_url
-    redisconn._clients.clear()
+    clients._clients.clear()
     try:
         response = client.get("/readyz")
     finally:
-        redisconn._clients.clear()
+        clients._clients.clear()
     assert response.status_code == 200
     assert response.json()["checks"]["redis"] == "ok"
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.exceptions import Snooze
-from jobs.models import Job, JobEvent, JobStatus
+from jobs.models import Job, JobEvent, JobStatus, Outcome
 from tests import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,7 +21,7 @@ def test_a_snooze_spends_no_attempt_and_waits_its_delay(run_worker):
     # READY again an hour on, with the attempt given back: max_attempts is 1.
     assert (job.status, job.attempts, job.snoozes, job.error_code) == (JobStatus.READY, 0, 1, "snoozed")
     assert job.run_after >= before + timedelta(seconds=3599)
-    event = JobEvent.objects.get(job=job, kind=JobEvent.Kind.SNOOZED)
+    event = JobEvent.objects.get(job=job, kind=Outcome.SNOOZED)
     assert event.reason == "not yet" and event.data["seconds"] == 3600
 
     # Not before its time: a burst worker leaves it alone...
@@ -42,7 +42,7 @@ def test_snoozing_more_than_the_cap_fails_the_job(run_worker, settings):
     job.refresh_from_db()
     assert (job.status, job.error_code, job.snoozes, job.attempts) == (
         JobStatus.FAILED, "snoozed_too_often", 2, 1)
-    assert JobEvent.objects.filter(job=job, kind=JobEvent.Kind.SNOOZED).count() == 2
+    assert JobEvent.objects.filter(job=job, kind=Outcome.SNOOZED).count() == 2
 
 
 def test_a_snooze_past_the_longest_is_cut_to_it(run_worker, settings):

@@ -10,16 +10,16 @@ import uuid
 
 import pytest
 
-from jobs import redisconn
-from jobs.cvworker import CVWorker, start_embedded_worker
-from jobs.transport import (
-    Claim,
+from jobs.cv import clients
+from jobs.cv.transport import (
+    Admission,
     CVConfig,
     MessageTooLarge,
     Transport,
     encode_message,
     parse_message,
 )
+from jobs.cv.worker import CVWorker, start_embedded_worker
 from tests import cv_handlers  # noqa: F401 - registers the test handlers
 from tests.servers import need
 from tests.waiting import wait_for
@@ -87,7 +87,7 @@ def media(settings, tmp_path):
 def channel(redis_url):
     """A Transport on the shared test Redis with a prefix of its own, and its config."""
     config = CVConfig(prefix=f"t{uuid.uuid4().hex[:10]}", **FAST)
-    client = redisconn.build_client(redis_url)
+    client = clients.build_client(redis_url)
     yield Transport(client, config=config)
     client.close()
 
@@ -252,12 +252,12 @@ def test_a_duplicate_delivery_of_an_attempt_runs_once(channel, workers, redis_ur
 
 def test_claim_lets_exactly_one_taker_of_an_attempt_run_it(channel):
     message = parse_message(encode_message("noop", "c1", 1, {}), max_bytes=1000)
-    assert channel.claim(message, "w1:first") is Claim.RUN
+    assert channel.admit(message, "w1:first") is Admission.RUN
     # The same claim retried (its reply was lost) still wins...
-    assert channel.claim(message, "w1:first") is Claim.RUN
+    assert channel.admit(message, "w1:first") is Admission.RUN
     # ...but another delivery does, even to the same worker.
-    assert channel.claim(message, "w2:other") is Claim.DUPLICATE
-    assert channel.claim(message, "w1:second") is Claim.DUPLICATE
+    assert channel.admit(message, "w2:other") is Admission.DUPLICATE
+    assert channel.admit(message, "w1:second") is Admission.DUPLICATE
 
 
 def test_cancel_stops_a_running_job_and_a_queued_one_never_starts(channel, workers, redis_url, media, tmp_path):
@@ -303,7 +303,7 @@ def test_the_reaper_returns_only_dead_workers_jobs_to_the_head_of_the_queue(chan
     for worker_id in ["dead", "dead", "alive", "alive"]:
         _, raw = channel.take(["noop"], worker_id, wait_s=1)
         message = parse_message(raw, max_bytes=1000)
-        assert channel.claim(message, f"{worker_id}:token") is Claim.RUN
+        assert channel.admit(message, f"{worker_id}:token") is Admission.RUN
         taken.setdefault(worker_id, []).append(message.job_id)
     assert taken == {"dead": ["r0", "r1"], "alive": ["r2", "r3"]}
     channel.client.delete(channel.worker_key("dead"))
@@ -319,7 +319,7 @@ def test_the_reaper_returns_only_dead_workers_jobs_to_the_head_of_the_queue(chan
         _, raw = channel.take(["noop"], "next", wait_s=1)
         message = parse_message(raw, max_bytes=1000)
         order.append(message.job_id)
-        assert channel.claim(message, "next:token") is Claim.RUN
+        assert channel.admit(message, "next:token") is Admission.RUN
     assert order == ["r0", "r1", "r4"]
 
 
@@ -349,8 +349,8 @@ def test_is_pending_finds_queued_processing_and_reported_attempts(channel):
 
 def test_a_blocking_wait_longer_than_the_socket_timeout_does_not_raise(
         channel, workers, redis_url, media, monkeypatch, caplog):
-    monkeypatch.setattr(redisconn, "SOCKET_TIMEOUT_S", 2.0)
-    client = redisconn.build_client(redis_url)
+    monkeypatch.setattr(clients, "SOCKET_TIMEOUT_S", 2.0)
+    client = clients.build_client(redis_url)
     assert client.connection_pool.connection_kwargs["socket_timeout"] == 2.0
     worker = workers(types=["noop"], url=redis_url, config=channel.config)
     assert worker.client.connection_pool.connection_kwargs["socket_timeout"] == 2.0
@@ -372,7 +372,7 @@ def test_a_blocking_wait_longer_than_the_socket_timeout_does_not_raise(
 def test_redis_restarted_empty_loses_published_jobs_and_republishing_completes_them(
         private_redis, workers, media):
     config = CVConfig(prefix="restart", **FAST)
-    client = redisconn.build_client(private_redis.url)
+    client = clients.build_client(private_redis.url)
     channel = Transport(client, config=config)
     job_ids = [f"j{n}" for n in range(50)]
     try:
@@ -396,11 +396,11 @@ def test_redis_restarted_empty_loses_published_jobs_and_republishing_completes_t
 
 def test_embedded_worker_in_local_mode_runs_jobs_in_process(settings, media, workers):
     settings.REDIS_URL = ""
-    redisconn._clients.clear()
+    clients._clients.clear()
     config = CVConfig(prefix=f"local{uuid.uuid4().hex[:6]}", **FAST)
-    channel = Transport(redisconn.get_client(), config=config)
+    channel = Transport(clients.get_client(), config=config)
     worker = workers(types=["noop", "write_progress"], concurrency=2, config=config)
-    assert redisconn.is_fake(worker.client)
+    assert clients.is_fake(worker.client)
     assert [beat["worker_id"] for beat in channel.live_workers()] == [worker.worker_id]
     # Idle, the worker blocks instead of spinning (fakeredis's BLMOVE would not block).
     cpu_before = time.process_time()
@@ -413,7 +413,7 @@ def test_embedded_worker_in_local_mode_runs_jobs_in_process(settings, media, wor
     worker.request_stop()
     assert worker.exited.wait(10)
     assert channel.live_workers() == []
-    redisconn._clients.clear()
+    clients._clients.clear()
 
 
 def test_a_worker_refuses_types_without_a_handler(channel):

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from jobs import services
+from jobs import limits, services
 from jobs.models import Job, JobStatus
 from jobs.models import Worker as WorkerRow
 from tests.waiting import wait_until
@@ -164,7 +164,7 @@ def test_a_completion_batch_whose_session_died_is_recorded_on_a_fresh_one(run_wo
 def test_a_session_that_dies_during_start_up_does_not_stop_the_worker(run_worker, monkeypatch):
     from django.db import connection
 
-    real = services.ensure_queues
+    real = limits.ensure_queues
     broken = []
 
     def session_dies_first():
@@ -173,7 +173,7 @@ def test_a_session_that_dies_during_start_up_does_not_stop_the_worker(run_worker
             connection.connection.close()
         return real()
 
-    monkeypatch.setattr(services, "ensure_queues", session_dies_first)
+    monkeypatch.setattr(limits, "ensure_queues", session_dies_first)
     job = services.enqueue("tests.echo", {"i": 1})
     worker = run_worker()
     assert broken

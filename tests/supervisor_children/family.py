@@ -36,5 +36,5 @@ if args.scrubbed_escapee:
 report(args.pids, "child")
 assert os.getpgrp() == os.getpid()
 while True:
-    childside.beat()
+    childside.alive()
     time.sleep(0.05)

@@ -14,4 +14,4 @@ args = parser.parse_args()
 childside.bootstrap()
 with childside.keepalive(every_s=0.2) if args.keepalive else contextlib.nullcontext():
     time.sleep(args.quiet_s)  # a long post-processing step that reports nothing
-childside.beat()
+childside.alive()

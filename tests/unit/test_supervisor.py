@@ -74,7 +74,7 @@ def test_watch_prefers_an_end_to_the_engines_reason_and_that_to_a_stall():
     assert watch(ScriptedChild(silent_s=120.0)) == "stalled"
 
 
-def test_watch_stops_the_child_for_shutdown_when_it_fails():
+def test_watch_stops_the_child_when_watching_fails():
     child = ScriptedChild()
 
     def broken():
@@ -82,7 +82,7 @@ def test_watch_stops_the_child_for_shutdown_when_it_fails():
 
     with pytest.raises(RuntimeError):
         watch(child, WatchSettings(kill_grace_s=0), should_stop=broken)
-    assert child.stopped_for == [StopReason.SHUTDOWN]
+    assert child.stopped_for == [StopReason.ABANDONED]
 
 
 @pytest.mark.parametrize("status, text", [
@@ -105,7 +105,7 @@ def outcome(**changes):
 def test_a_hit_limit_is_the_error_code_and_the_reason_otherwise():
     assert outcome(limit="file_size").error_code == "resource_limit"
     assert outcome(limit="file_size").describe() == "resource_limit: file_size (exit code 122)"
-    assert outcome(reason=StopReason.CANCELLED, status=ExitStatus(signal=15)).error_code == (
+    assert outcome(reason="cancelled", status=ExitStatus(signal=15)).error_code == (
         "cancelled")
     assert outcome(reason="stalled", status=None).describe() == "stalled: still running"
 
@@ -188,9 +188,9 @@ def test_beats_are_throttled_so_a_hot_loop_writes_a_few_bytes(pipe):
     liveness = childside.Liveness(write_fd)
     started = time.monotonic()
     for _ in range(200_000):
-        liveness.beat()
+        liveness.signal()
     elapsed_s = time.monotonic() - started
-    assert 1 <= drain(read_fd) <= elapsed_s / childside.BEAT_EVERY_S + 1
+    assert 1 <= drain(read_fd) <= elapsed_s / childside.ALIVE_EVERY_S + 1
 
 
 def test_a_beat_never_raises_or_blocks(pipe):
@@ -200,9 +200,9 @@ def test_a_beat_never_raises_or_blocks(pipe):
     with pytest.raises(BlockingIOError):
         while True:
             os.write(write_fd, b"x" * 4096)
-    liveness.beat()  # a full pipe: the parent stopped reading
+    liveness.signal()  # a full pipe: the parent stopped reading
     os.close(read_fd)
-    liveness.beat()  # no reader at all: the parent is gone
+    liveness.signal()  # no reader at all: the parent is gone
 
 
 def test_keepalive_beats_from_a_thread_until_the_block_ends(pipe, monkeypatch):
@@ -217,7 +217,7 @@ def test_keepalive_beats_from_a_thread_until_the_block_ends(pipe, monkeypatch):
 
 def test_beat_outside_a_supervised_child_does_nothing(monkeypatch):
     monkeypatch.setattr(childside, "_liveness", None)
-    childside.beat()
+    childside.alive()
 
 
 @pytest.mark.parametrize("marker", ["short", "has space in it", "x" * 200, "a=b;rm -rf /"])

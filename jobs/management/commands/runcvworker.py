@@ -5,8 +5,8 @@ import signal
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import redisconn
-from jobs.cvworker import CVWorker, discover_handlers
+from jobs.cv import clients
+from jobs.cv.worker import CVWorker, discover_handlers
 
 
 class Command(BaseCommand):
@@ -26,7 +26,7 @@ class Command(BaseCommand):
                             help="A stable name for this worker (default: host, pid and a random suffix).")
 
     def handle(self, *args, concurrency, types, worker_id, **options):
-        if redisconn.is_local_mode():
+        if clients.is_local_mode():
             raise CommandError(
                 "REDIS_URL is not set: in local mode `runworker` runs the CV worker itself; "
                 "set REDIS_URL to run a separate CV worker."

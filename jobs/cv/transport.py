@@ -23,7 +23,7 @@ result       a JSON file under MEDIA_ROOT written atomically by the worker;
              the status only points at it. Redis is never its only copy.
 
 Every Redis command of the protocol is a method of `Transport`. The engine
-uses the first group (publish .. queue_lengths); `jobs.cvworker` the second.
+uses the first group (publish .. queue_lengths); `jobs.cv.worker` the second.
 """
 
 import enum
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError, WatchError
 
-from jobs import conf, redisconn
+from jobs import conf
+from jobs.cv import clients
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +70,8 @@ class State(enum.StrEnum):
     FAILED = "failed"  # `error_code` and `error` say why; the engine decides on retries
 
 
-class Claim(enum.StrEnum):
-    """What a worker does with a message it took."""
+class Admission(enum.StrEnum):
+    """What a CV worker does with a message it took (`Transport.admit`)."""
 
     RUN = "run"
     DUPLICATE = "duplicate"  # the same attempt is already taken by a worker
@@ -239,7 +240,7 @@ class Transport:
     """Every Redis command of the CV protocol. Thread-safe (redis-py pools connections).
 
     `client` may decode responses or not; the engine passes
-    `redisconn.get_client()`, the CV worker a bytes client.
+    `clients.get_client()`, the CV worker a bytes client.
     """
 
     def __init__(self, client, prefix=None, *, config=None):
@@ -441,7 +442,7 @@ class Transport:
         quiet queue never looks like a dead connection.
         """
         processing = self.processing_key(worker_id)
-        slice_s = max(0.05, redisconn.block_slice_s(self.client) / len(types))
+        slice_s = max(0.05, clients.block_slice_s(self.client) / len(types))
         deadline = time.monotonic() + wait_s
         while True:
             start = next(self._turn)
@@ -459,19 +460,19 @@ class Transport:
                 return None
 
     def _blocking_move(self, source, destination, timeout_s):
-        if redisconn.is_fake(self.client):
+        if clients.is_fake(self.client):
             # fakeredis's BLMOVE returns at once on an empty list instead of
             # blocking, which would spin; BRPOPLPUSH is the same move and blocks.
             return self.client.brpoplpush(source, destination, timeout_s)
         return self.client.blmove(source, destination, timeout_s, "RIGHT", "LEFT")
 
-    def claim(self, message, taker):
-        """Decide whether the taker runs the message it took (a Claim).
+    def admit(self, message, taker):
+        """Decide whether the taker runs the message it took (an Admission).
 
         `taker` is "<worker id>:<token unique to this delivery>". SET NX on
         the seen key is the guard against duplicate deliveries: exactly one
         taker of an attempt wins it; reading the key back in the same round
-        trip makes a claim retried after a lost reply still see its own win.
+        trip makes an admission retried after a lost reply still see its own win.
         """
         seen = self.seen_key(message.job_id, message.attempt)
         pipe = self.client.pipeline(transaction=True)
@@ -484,14 +485,14 @@ class Transport:
         status = _loads(raw_status) or {}
         attempt = status.get("attempt")
         if isinstance(attempt, int) and attempt > message.attempt:
-            return Claim.SUPERSEDED
+            return Admission.SUPERSEDED
         if attempt == message.attempt and status.get("state") in (State.DONE, State.FAILED):
-            return Claim.FINISHED
+            return Admission.FINISHED
         if not won:
-            return Claim.DUPLICATE
+            return Admission.DUPLICATE
         if cancelled:
-            return Claim.CANCELLED
-        return Claim.RUN
+            return Admission.CANCELLED
+        return Admission.RUN
 
     def cancel_requested(self, job_id):
         return bool(self.client.exists(self.cancel_key(job_id)))
@@ -531,13 +532,13 @@ class Transport:
         pipe.execute()
 
     def hand_back(self, message, worker_id, status):
-        """Return a claimed message this worker will not finish to the head
+        """Return an admitted message this worker will not finish to the head
         of its queue, forgetting its seen key so the next taker runs it."""
         return self._move_back(message.type, message.raw, worker_id, status=status,
                                seen=self.seen_key(message.job_id, message.attempt))
 
     def put_back(self, job_type, raw, worker_id):
-        """Return a message taken but not yet claimed (shutdown began meanwhile)."""
+        """Return a message taken but not yet admitted (shutdown began meanwhile)."""
         return self._move_back(job_type, raw, worker_id)
 
     def _move_back(self, job_type, raw, worker_id, *, status=None, seen=None):
@@ -661,7 +662,7 @@ class Transport:
                                       "worker": worker_id, "at": time.time()}
                             pipe.lpush(self.dead_key, json.dumps(record))
                     for key, owner in zip(seen, owners, strict=True):
-                        # Only the dead worker's claim goes: the next taker must run it.
+                        # Only the dead worker's admission goes: the next taker must run it.
                         if _worker_of(owner) == worker_id:
                             pipe.delete(key)
                     pipe.delete(processing)

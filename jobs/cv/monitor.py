@@ -1,4 +1,4 @@
-"""The `redis` execution mode: jobs forwarded to the CV worker fleet.
+"""The `redis` execution mode, engine side: jobs forwarded to the CV worker fleet.
 
 The runworker claims a redis-mode job like any other, publishes it to Redis
 and hands it to its `Monitor`; publishing frees the executor slot, and the
@@ -19,10 +19,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, transaction
 from django.utils.translation import gettext as _
 
-from jobs import conf, files, redisconn, registry, services
+from jobs import conf, files, outcome, registry, services
+from jobs.cv import clients
+from jobs.cv.transport import State, Transport, result_path
 from jobs.exceptions import Fail, TransportUnavailable
-from jobs.models import Job, JobStatus
-from jobs.transport import State, Transport, result_path
+from jobs.models import Job, JobStatus, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def check_transport(kind):
     policy = registry.get(kind).policy
     if policy.mode != "redis":
         return
-    problem = redisconn.ping()  # None in local mode
+    problem = clients.ping()  # None in local mode
     if problem:
         raise TransportUnavailable(
             _("The CV queue “%(queue)s” cannot take jobs: its Redis server is unreachable. "
@@ -69,8 +70,9 @@ class Monitor(threading.Thread):
         # Watched but not sent yet: nothing to follow, and above all nothing
         # for `lost` to publish, or the attempt would go out twice.
         self.unsent = set()
+        self.asked = {}  # job id -> the stop asked of it (an Outcome), once routed to Redis
         self.lock = threading.Lock()
-        self.transport = Transport(redisconn.get_client())
+        self.transport = Transport(clients.get_client())
         self.embedded = None
         self.unavailable_until = 0.0  # monotonic; see UNAVAILABLE_SKIP_S
 
@@ -109,13 +111,14 @@ class Monitor(threading.Thread):
             log.warning("Redis unavailable, job %s goes back to the queue: %s", job.pk, exc)
             with self.lock:
                 self.inflight.pop(job.pk, None)
-            services.requeue(job, reason=_("The CV queue's Redis server is unreachable; the job "
-                                           "waits and is sent again shortly."),
-                             delay_s=UNAVAILABLE_RETRY_S, code=TransportUnavailable.code)
+            outcome.record(job, Outcome.REQUEUED, delay_s=UNAVAILABLE_RETRY_S,
+                           code=TransportUnavailable.code,
+                           error=_("The CV queue's Redis server is unreachable; the job waits and "
+                                   "is sent again shortly."))
 
     def run(self):
-        if redisconn.is_local_mode():
-            from jobs.cvworker import start_embedded_worker
+        if clients.is_local_mode():
+            from jobs.cv.worker import start_embedded_worker
 
             try:
                 self.embedded = start_embedded_worker(concurrency=conf.JOBS_EMBEDDED_CV_CONCURRENCY)
@@ -176,6 +179,9 @@ class Monitor(threading.Thread):
         )
         for job in jobs:
             if job.pk in asked:
+                # CV workers can only cancel; a pause asked of a CV job ends it
+                # as PAUSED once its worker has stopped it.
+                self.asked[job.pk] = asked[job.pk]
                 self.transport.cancel(str(job.pk))
             self.follow(job)
 
@@ -253,24 +259,26 @@ class Monitor(threading.Thread):
             data = files.read_json(path)
             with transaction.atomic():
                 result = policy.ingest(job, data) if policy.ingest else None
-                services.complete(job, result if result is not None else {"result": status["result"]})
+                outcome.record(job, Outcome.SUCCEEDED,
+                               result=result if result is not None else {"result": status["result"]})
         except DatabaseError:
             raise  # the monitor backs off and tries the same ingest again
         except Exception as exc:  # noqa: BLE001 - a result that cannot be ingested fails the job
             # Retrying the same document would fail the same way forever.
             log.exception("CV job %s: result %s could not be ingested", job.pk, path)
-            services.fail(job, error=f"{type(exc).__name__}: {exc}", code=getattr(exc, "code", "ingest"),
-                          exc=exc, retry=not isinstance(exc, (Fail, OSError, ValueError)))
+            permanent = isinstance(exc, (Fail, OSError, ValueError))
+            outcome.record(job, Outcome.FAILED if permanent else Outcome.RETRY, exc=exc,
+                           error=f"{type(exc).__name__}: {exc}", code=getattr(exc, "code", "ingest"))
         self.transport.clear(str(job.pk))
         self.forget(job)
 
     def failed(self, job, status):
         code = status.get("error_code") or "error"
-        if code == "cancelled" and Job.objects.filter(pk=job.pk).exclude(stop_requested="").exists():
-            services.acknowledge_stop(job, reason=status.get("error") or "")
+        if code == "cancelled" and job.pk in self.asked:
+            outcome.record(job, self.asked[job.pk], error=status.get("error") or "")
         else:
-            services.fail(job, error=status.get("error") or _("The CV job failed."), code=code,
-                          retry=code != "rejected")
+            outcome.record(job, Outcome.FAILED if code == "rejected" else Outcome.RETRY, code=code,
+                           error=status.get("error") or _("The CV job failed."))
         self.transport.clear(str(job.pk))
         self.forget(job)
 
@@ -279,6 +287,7 @@ class Monitor(threading.Thread):
             self.inflight.pop(job.pk, None)
         self.seen.pop(job.pk, None)
         self.missing.pop(job.pk, None)
+        self.asked.pop(job.pk, None)
         self.worker.wake.set()
 
     def hand_back_all(self):
@@ -292,6 +301,7 @@ class Monitor(threading.Thread):
             self.inflight.clear()
         for job in jobs:
             try:
-                services.requeue(job, reason=_("The worker watching this CV job shut down."))
+                outcome.record(job, Outcome.REQUEUED,
+                               error=_("The worker watching this CV job shut down."))
             except DatabaseError:
                 log.warning("could not hand back CV job %s; its lease will expire", job.pk)

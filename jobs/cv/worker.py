@@ -1,19 +1,20 @@
 """The CV worker: takes CV jobs from Redis, runs their handlers, reports back.
 
-It needs no database. Apps declare handlers in a `cvhandlers` module:
+It needs no database. Apps declare handlers in a `cvhandlers` module (or a
+module named in JOBS_HANDLER_MODULES), with the engine's handler contract:
 
-    from jobs.cvworker import cv_handler
+    from jobs.cv.worker import cv_handler
 
     @cv_handler("segment", warmup=load_models)
-    def segment(payload, ctx):
+    def segment(ctx, payload):
         ...
-        ctx.report(0.5, phase="detect")
+        ctx.progress(0.5, phase="detect")
         if ctx.should_stop():
             return {}
         return {"shots": [...]}
 
 The life of one job: take (BLMOVE into this worker's processing list) ->
-validate (poison goes to the dead letters) -> claim (duplicates dropped) ->
+validate (poison goes to the dead letters) -> admit (duplicates dropped) ->
 status running -> handler -> result file written atomically -> status done
 and the message dropped from the processing list in one MULTI. A handler
 exception makes the status failed; the engine decides about retries.
@@ -40,9 +41,10 @@ from django.utils.module_loading import autodiscover_modules
 from django.utils.translation import gettext
 from redis.exceptions import RedisError
 
-from jobs import conf, files, redisconn
-from jobs.transport import (
-    Claim,
+from jobs import conf, files
+from jobs.cv import clients
+from jobs.cv.transport import (
+    Admission,
     CVConfig,
     PoisonMessage,
     State,
@@ -55,7 +57,7 @@ from jobs.transport import (
 
 logger = logging.getLogger(__name__)
 
-REPORT_INTERVAL_S = 0.5  # status writes from report() at most ~2 per second
+PROGRESS_INTERVAL_S = 0.5  # status writes from progress() at most ~2 per second
 CANCEL_CHECK_INTERVAL_S = 0.5  # should_stop() reads the cancel key at most this often
 BACKOFF_MAX_S = 2.0
 # One take() waits this long at most before the loop looks at the stop flag
@@ -70,7 +72,7 @@ TAKE_WAIT_S = 0.5
 @dataclass(frozen=True)
 class CVHandler:
     type: str
-    func: object  # (payload: dict, ctx: JobContext) -> dict
+    func: object  # (ctx: CVJobContext, payload: dict) -> dict
     warmup: object = None  # () -> None, run once before the worker announces itself
 
 
@@ -106,8 +108,12 @@ def registered_types():
 # --- One running job ------------------------------------------------------------
 
 
-class JobContext:
-    """What a handler gets besides its payload: progress, stop requests, a folder."""
+class CVJobContext:
+    """What a CV handler gets besides its payload: progress, stop requests, a folder.
+
+    The engine's JobContext (jobs/context.py) without a database: `progress()`
+    and `should_stop()` mean the same, written to and read from Redis.
+    """
 
     def __init__(self, worker, message, taker=None):
         self._worker = worker
@@ -130,22 +136,27 @@ class JobContext:
         self.cancelled = False
         self._cancel_checked_at = 0.0
 
-    def report(self, fraction, phase=None, message=None):
-        """Record progress (fraction 0..1; phase and message unchanged when None).
+    @property
+    def payload(self):
+        return self.message.payload
+
+    def progress(self, fraction=None, *, phase=None, message=None):
+        """Record progress (fraction 0..1; whatever is None stays as it was).
 
         Written to Redis at most about twice a second; a report skipped by
         that throttle goes out with the next heartbeat. Never raises.
         """
         with self.lock:
             previous_phase = self.status["phase"]
-            self.status["fraction"] = min(1.0, max(0.0, float(fraction)))
+            if fraction is not None:
+                self.status["fraction"] = min(1.0, max(0.0, float(fraction)))
             # str(): phases may be enums and messages lazy translations.
             if phase is not None:
                 self.status["phase"] = str(phase)
             if message is not None:
                 self.status["message"] = str(message)
             self.status["updated_at"] = time.time()
-            due = (time.monotonic() - self._written_at >= REPORT_INTERVAL_S
+            due = (time.monotonic() - self._written_at >= PROGRESS_INTERVAL_S
                    or self.status["phase"] != previous_phase)
             self.dirty = True
         if due:
@@ -224,14 +235,14 @@ class CVWorker:
         self.worker_id = check_name("worker id", worker_id or default_worker_id())
         # Bytes, not text: a message that is not UTF-8 must still be readable
         # enough to dead-letter and remove by its exact value.
-        self.client = redisconn.build_client(url, decode_responses=False)
+        self.client = clients.build_client(url, decode_responses=False)
         self.transport = Transport(self.client, config=self.config)
         self.ready = threading.Event()  # set once the heartbeat is first written
         self.exited = threading.Event()
         self._stop = threading.Event()
         self._beat_stop = threading.Event()
         self._lock = threading.Lock()  # guards _running, _taking and _held
-        self._running = {}  # id(ctx) -> JobContext
+        self._running = {}  # id(ctx) -> CVJobContext
         self._taking = 0  # threads inside take(), which may still move a message
         self._held = Counter()  # raw message -> how many copies threads are serving
         self._suspects = Counter()  # orphans seen in the processing list at the last beat
@@ -289,7 +300,7 @@ class CVWorker:
             try:
                 taken = self.transport.take(self.types, self.worker_id, TAKE_WAIT_S)
                 if taken is not None and self._stop.is_set():
-                    # Taken as shutdown began: give it straight back, unclaimed.
+                    # Taken as shutdown began: give it straight back, not admitted.
                     job_type, raw = taken
                     self._retry(self.transport.put_back, job_type, raw, self.worker_id,
                                 until_killed=True)
@@ -324,18 +335,19 @@ class CVWorker:
             self._retry(self.transport.dead_letter, raw, exc, self.worker_id)
             return
         try:
-            # Unique to this delivery, so a claim retried after a lost reply
+            # Unique to this delivery, so an admission retried after a lost reply
             # recognises its own win, and a second copy does not.
             taker = f"{self.worker_id}:{secrets.token_hex(6)}"
-            claim = self._retry(self.transport.claim, message, taker)
-            if claim is None:
+            admission = self._retry(self.transport.admit, message, taker)
+            if admission is None:
                 return  # stopping with Redis away: the reaper returns the message later
-            if claim is Claim.RUN:
+            if admission is Admission.RUN:
                 self._run(message, taker)
                 return
-            logger.info("not running job %s attempt %d: %s", message.job_id, message.attempt, claim)
+            logger.info("not running job %s attempt %d: %s", message.job_id, message.attempt,
+                        admission)
             status = None
-            if claim is Claim.CANCELLED:
+            if admission is Admission.CANCELLED:
                 status = new_status(message.job_id, message.attempt, State.FAILED, error_code="cancelled",
                                     error=gettext("Cancelled before it started."), worker=self.worker_id)
             self._retry(self.transport.finish, message, self.worker_id, status)
@@ -346,7 +358,7 @@ class CVWorker:
             self._retry(self.transport.dead_letter, raw, error, self.worker_id)
 
     def _run(self, message, taker=None):
-        ctx = JobContext(self, message, taker)
+        ctx = CVJobContext(self, message, taker)
         with self._lock:
             self._running[id(ctx)] = ctx
         try:
@@ -364,7 +376,7 @@ class CVWorker:
         result, error = None, None
         try:
             ctx.work_dir.mkdir(parents=True, exist_ok=True)
-            result = _handlers[message.type].func(message.payload, ctx)
+            result = _handlers[message.type].func(ctx, message.payload)
         except BaseException as exc:  # noqa: BLE001 - any handler failure is reported, not raised
             # A sys.exit() in a handler is that job failing: let through, it
             # would end this thread with the job left running.
@@ -423,7 +435,7 @@ class CVWorker:
         with self._lock:
             running = list(self._running.values())
         for ctx in running:
-            ctx.flush()  # a progress report the throttle held back
+            ctx.flush()  # progress the throttle held back
         info = {
             "worker_id": self.worker_id, "host": socket.gethostname(), "pid": os.getpid(),
             "types": self.types, "concurrency": self.concurrency, "started": self._started_at,

@@ -1,0 +1,304 @@
+"""Limits: how many jobs may run at once per concurrency key and per queue, and a queue's rest.
+
+A *concurrency key* ("user:42", "asset:7") admits at most its limit of
+RUNNING jobs across the deployment; every key of a job must have room for it
+to start. A key's limit is its `ConcurrencyLimit` row, which enqueue creates
+with the kind's default; a key without a row (only a row deleted by hand) has
+no limit. `Slots.full()` is the one place that decides whether a key is full.
+
+Every decision that admits a job locks the limit rows of its keys first
+(sorted, so two lockers never deadlock) and counts the RUNNING jobs under
+that lock: a second claimer of the same key waits, then counts the first
+one's committed claim, so a limit holds across any number of workers.
+
+A READY job behind a full key is *parked* (`blocked_key` set): it leaves the
+claim index, so one user's backlog is never scanned past by the claim. Each
+job that leaves RUNNING unparks as many of its keys' waiting jobs as there
+are free slots, in the same transaction (`left_running`).
+
+Queues have limits of their own, staff-editable (`Queue` rows): a global
+concurrency, and a *gap*: the queue rests that long after each start and
+after each end of one of its jobs before it starts another.
+"""
+
+import time
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from jobs import bounds, conf, queries, registry
+from jobs.models import ConcurrencyLimit, Job, JobStatus, Queue
+
+UNPARK_BATCH = 1000  # parked jobs freed or set aside per key and statement
+
+
+class Slots:
+    """The free slots of some keys, as one decision sees them.
+
+    With `lock`, the keys' limit rows stay locked until the caller's
+    transaction ends; without, it is a reading for a page.
+    """
+
+    def __init__(self, keys, *, lock=True):
+        keys = sorted(set(keys))
+        if lock:
+            self.limits = queries.lock_limits(keys)
+        else:
+            self.limits = {key: bounds.sane(limit, low=0, high=bounds.LIMIT_MAX, default=1,
+                                            what=f"the limit of key {key!r}")
+                           for key, limit in ConcurrencyLimit.objects.filter(key__in=keys)
+                           .values_list("key", "limit")}
+        self.running = queries.running_counts(keys)
+
+    def free(self, key):
+        """Free slots of `key`; None when it has no limit."""
+        if key not in self.limits:
+            return None
+        return max(0, self.limits[key] - self.running.get(key, 0))
+
+    def full(self, keys):
+        """The first of `keys` with no free slot, or None when a job carrying them may start."""
+        return next((key for key in keys if self.free(key) == 0), None)
+
+    def take(self, keys):
+        """Count a job carrying `keys` as started."""
+        for key in keys:
+            self.running[key] = self.running.get(key, 0) + 1
+
+
+def ensure(jobs):
+    """Give every concurrency key of `jobs` a limit row (the kind's default) so claims can lock it.
+
+    `job.initial_limits` ({key: n}) overrides the kind's default for a key without a row.
+    """
+    rows = {}
+    for job in jobs:
+        policy = registry.get(job.kind).policy
+        for key in job.concurrency_keys:
+            limit = job.initial_limits.get(key) or policy.limit_for(key)
+            rows.setdefault(key, ConcurrencyLimit(key=key, limit=limit))
+    if rows:
+        ConcurrencyLimit.objects.bulk_create(rows.values(), ignore_conflicts=True)
+
+
+def park_at_enqueue(jobs):
+    """Enqueue the jobs whose key is full, or has a line of parked jobs, parked.
+
+    A user who queues 100,000 jobs at a limit of 1 then never puts them in the
+    claim index at all: they wait in the key's line and are unparked one per
+    freed slot. The keys' rows are locked first, as `unpark` does, so a slot
+    freed meanwhile cannot miss a job parked here.
+    """
+    keys = {key for job in jobs for key in job.concurrency_keys}
+    if not keys:
+        return
+    slots = Slots(keys)
+    # Keys with a line: a new job waits behind it, so the line keeps its order.
+    in_line = set(
+        Job.objects.filter(status=JobStatus.READY, blocked_key__in=list(keys))
+        .values_list("blocked_key", flat=True).order_by().distinct()
+    ) if len(keys) <= 50 else set()
+    for job in jobs:
+        full = next((k for k in job.concurrency_keys if k in in_line), None) \
+            or slots.full(job.concurrency_keys)
+        if full is not None:
+            job.blocked_key = full
+            in_line.add(full)
+        else:
+            slots.take(job.concurrency_keys)
+
+
+def fit(candidates, *, queue, room):
+    """The claim's step 4: the candidates whose every key has a free slot, in order; park the rest.
+
+    A job whose keys are not a list of strings (a row edited by hand) is
+    failed here: it could never be counted against a limit.
+    """
+    unreadable = [job for job in candidates if not _readable_keys(job.concurrency_keys)]
+    if unreadable:
+        from jobs import services
+
+        services.fail_unreadable(unreadable, code="invalid_keys")
+        candidates = [job for job in candidates if job not in unreadable]
+    slots = Slots({key for job in candidates for key in job.concurrency_keys})
+    taken, parked = [], {}
+    for job in candidates:
+        if len(taken) >= room:
+            break
+        full = slots.full(job.concurrency_keys)
+        if full is not None:
+            parked.setdefault(full, []).append(job.pk)
+            continue
+        slots.take(job.concurrency_keys)
+        taken.append(job)
+    for key, ids in parked.items():
+        park(ids, key, queue)
+    return taken
+
+
+def _readable_keys(keys):
+    return isinstance(keys, list) and all(isinstance(key, str) for key in keys)
+
+
+def park(job_ids, key, queue):
+    """Take READY jobs waiting for `key` out of the claim index (the caller holds the key's lock).
+
+    Besides the jobs a claim just met, up to UNPARK_BATCH more of the key's
+    READY jobs are set aside, so one user's long backlog leaves the index in a
+    few statements instead of being scanned past on every claim.
+    """
+    Job.objects.filter(pk__in=job_ids, status=JobStatus.READY).update(blocked_key=key)
+    queries.park_backlog(key, queue, UNPARK_BATCH)
+
+
+def unpark(keys):
+    """Unpark as many of each key's waiting jobs as it has free slots, in claim order."""
+    if not keys:
+        return
+    slots = Slots(keys)
+    for key in sorted(set(keys)):
+        free = slots.free(key)
+        free = UNPARK_BATCH if free is None else free
+        if free <= 0:
+            continue
+        ids = list(Job.objects.filter(status=JobStatus.READY, blocked_key=key)
+                   .in_claim_order().values_list("pk", flat=True)[:free])
+        if ids:
+            Job.objects.filter(pk__in=ids, status=JobStatus.READY, blocked_key=key).update(
+                blocked_key=None)
+
+
+def left_running(jobs):
+    """In the transaction that moved `jobs` out of RUNNING: free their slots, rest their queues."""
+    unpark([key for job in jobs for key in job.concurrency_keys])
+    gapped = {job.queue for job in jobs if (queue_settings(job.queue) or _NO_QUEUE).gap_seconds}
+    for name in gapped:
+        rest(name)
+
+
+def full_key(job):
+    """The key `job` waits for, if one of its keys is full now (a reading for pages)."""
+    if job.blocked_key:
+        return job.blocked_key
+    if not job.concurrency_keys or not _readable_keys(job.concurrency_keys):
+        return None
+    return Slots(job.concurrency_keys, lock=False).full(job.concurrency_keys)
+
+
+def set_limit(key, limit):
+    """Change a key's limit (staff edited a quota, say); waiting jobs take any new slots at once."""
+    with transaction.atomic():
+        ConcurrencyLimit.objects.update_or_create(key=key, defaults={"limit": limit})
+        unpark([key])
+
+
+def unpark_stranded():
+    """Safety net: unpark jobs parked behind keys that have free slots.
+
+    Every transition that frees a slot unparks in its own transaction; this
+    only catches rows whose RUNNING job vanished without one (a row deleted by hand).
+    """
+    keys = list(
+        Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=False)
+        .values_list("blocked_key", flat=True).distinct()[:200]
+    )
+    for key in keys:
+        with transaction.atomic():
+            unpark([key])
+
+
+# --- Queues ---------------------------------------------------------------------------
+
+# Queue settings are read at most once a second per process: a pause or a new
+# gap takes effect within that second. Queues with a limit or a gap lock
+# their row when they admit a job, so those decisions are never stale.
+QUEUE_CACHE_S = 1.0
+_queue_cache = {}
+_NO_QUEUE = Queue(name="", gap_seconds=0)
+
+
+def queue_settings(name):
+    """The queue's row (with sane values), or None for a queue without one; cached for a second."""
+    now = time.monotonic()
+    cached = _queue_cache.get(name)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    row = _sane(Queue.objects.filter(name=name).first())
+    _queue_cache[name] = (now + QUEUE_CACHE_S, row)
+    return row
+
+
+def forget_queue_settings():
+    """Drop this process's cached queue settings (after a change made here)."""
+    _queue_cache.clear()
+
+
+def _sane(row):
+    """The queue's row with its limits within bounds (a row edited by hand may hold anything)."""
+    if row is not None:
+        row.concurrency = None if row.concurrency is None else bounds.sane(
+            row.concurrency, low=0, high=bounds.LIMIT_MAX, default=0,
+            what=f"the global limit of queue {row.name!r}")
+        row.gap_seconds = bounds.sane(row.gap_seconds, low=0, high=bounds.GAP_SECONDS_MAX,
+                                      default=0.0, what=f"the gap of queue {row.name!r}")
+    return row
+
+
+def is_limited(row):
+    """Whether admitting a job of this queue must lock its row (a global limit or a gap)."""
+    return row is not None and (row.concurrency is not None or bool(row.gap_seconds))
+
+
+def queue_allowance(name, want):
+    """How many jobs a queue with a global limit or a gap may start now; locks its row.
+
+    A resting queue starts none; one with a gap starts one at a time (the
+    start begins the next rest).
+    """
+    # The database's clock decides, as it does for leases: workers' clocks may differ.
+    row = _sane(Queue.objects.select_for_update().annotate(
+        resting=ExpressionWrapper(Q(rests_until__gt=Now()), output_field=BooleanField()),
+    ).get(name=name))
+    if row.gap_seconds:
+        if row.resting:
+            return 0
+        want = 1
+    if row.concurrency is not None:
+        running = Job.objects.filter(queue=name, status=JobStatus.RUNNING).count()
+        want = min(want, row.concurrency - running)
+    return want
+
+
+def rest(name):
+    """The queue rests its gap from now (after a start, and after each end of one of its jobs).
+
+    Never shortens a rest already longer (a staff edit of the gap, a clock step).
+    """
+    row = queue_settings(name)
+    if row is None or not row.gap_seconds:
+        return
+    until = Now() + timedelta(seconds=row.gap_seconds)
+    Queue.objects.filter(name=name).exclude(rests_until__gt=until).update(rests_until=until)
+
+
+def resting_until(row):
+    """When a queue's rest ends, if it is resting now."""
+    if row is not None and row.gap_seconds and row.rests_until and row.rests_until > timezone.now():
+        return row.rests_until
+    return None
+
+
+def set_queue(name, **changes):
+    """Change a queue's live settings (paused, concurrency, gap_seconds) for the whole fleet."""
+    Queue.objects.update_or_create(name=name, defaults=changes)
+    forget_queue_settings()
+
+
+def ensure_queues():
+    """Create the Queue rows named in JOBS_QUEUES that do not exist yet (never overwrite staff's edits)."""
+    for name, defaults in conf.queue_defaults().items():
+        Queue.objects.get_or_create(name=name, defaults=defaults)
+

@@ -1,0 +1,301 @@
+"""Every raw SQL statement of the engine, each under a name with a one-line description.
+
+The ORM writes the rest. These are raw because the ORM cannot say them (an
+upsert against a partial unique index, LATERAL, a VALUES list joined to an
+UPDATE, JSON array membership) or because they run thousands of times a
+second and their compile step would cost more than the query. PostgreSQL and
+SQLite spell a few things differently; each function hides that once.
+"""
+
+import json
+import uuid
+
+from django.db import connection
+
+from jobs import bounds, order
+from jobs.models import LIVE_STATUSES, Job
+
+
+def is_postgres():
+    return connection.vendor == "postgresql"
+
+
+def now():
+    """The database clock, as Django's Now() writes it (SQLite's CURRENT_TIMESTAMP has whole seconds)."""
+    return "STATEMENT_TIMESTAMP()" if is_postgres() else "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"
+
+
+def _execute(statement, params=()):
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else None
+
+
+# --- Enqueue -------------------------------------------------------------------
+
+
+def insert_or_promote(job):
+    """INSERT the job, or update the live job holding its unique key; returns (id, inserted).
+
+    The partial unique index arbitrates between two enqueuers racing on one
+    key: exactly one row is inserted and the other caller gets that row. The
+    live job is promoted (never demoted); new data (another fingerprint) for a
+    job not yet running makes it take that fingerprint, and a READY one start
+    its attempts again (they were spent on the old data). A RUNNING job keeps
+    its own: its attempt read the old data, so a request after it ends must
+    still see a stale fingerprint and queue a fresh run. SET reads the row as
+    it was, so every CASE sees the old fingerprint.
+    """
+    fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    values = [f.get_db_prep_save(getattr(job, f.attname), connection) for f in fields]
+    marks = ", ".join(["%s"] * len(fields))
+    live = ", ".join(f"'{s}'" for s in LIVE_STATUSES)
+    new_data = ("excluded.fingerprint <> '' AND excluded.fingerprint <> jobs_job.fingerprint "
+                "AND jobs_job.status <> 'RUNNING'")
+    [(job_id, public_id)] = _execute(
+        f"INSERT INTO jobs_job ({columns}) VALUES ({marks}) "
+        f"ON CONFLICT (unique_key) WHERE status IN ({live}) DO UPDATE SET "
+        "priority = CASE WHEN excluded.priority > jobs_job.priority "
+        "THEN excluded.priority ELSE jobs_job.priority END, "
+        f"attempts = CASE WHEN {new_data} AND jobs_job.status = 'READY' "
+        "THEN 0 ELSE jobs_job.attempts END, "
+        f"fingerprint = CASE WHEN {new_data} THEN excluded.fingerprint "
+        "ELSE jobs_job.fingerprint END "
+        "RETURNING id, public_id",
+        values,
+    )
+    return job_id, str(public_id).replace("-", "") == job.public_id.hex
+
+
+# Bulk enqueue writes these columns; the rest take a new job's constant values.
+BULK_COLUMNS = ("public_id", "kind", "queue", "payload", "priority", "owner_id", "fingerprint",
+                "concurrency_keys", "blocked_key", "max_attempts", "run_after", "enqueued_at")
+BULK_CONSTANTS = {
+    "status": "'READY'", "position": "0", "unique_key": "NULL", "stop_requested": "''",
+    "attempts": "0", "snoozes": "0", "worker_ids": "'[]'", "phase": "''", "progress_message": "''",
+    "error": "''", "error_code": "''", "errors": "'[]'",
+}
+BULK_TYPES = {
+    "public_id": "uuid", "kind": "text", "queue": "text", "payload": "jsonb", "priority": "int",
+    "owner_id": "int", "fingerprint": "text", "concurrency_keys": "jsonb", "blocked_key": "text",
+    "max_attempts": "int", "run_after": "timestamptz", "enqueued_at": "timestamptz",
+}
+
+
+def insert_many(jobs):
+    """INSERT resolved jobs (see services.resolve): one statement per 5,000 on PostgreSQL.
+
+    PostgreSQL gets the batch as one JSON document (encoded and parsed in C on
+    both sides, unlike one array parameter per column); SQLite gets executemany.
+    """
+    stamps = {}  # jobs of one call share a few timestamps: format each once
+
+    def stamp(moment):
+        text = stamps.get(moment)
+        if text is None:
+            text = stamps[moment] = moment.isoformat()
+        return text
+
+    columns = ", ".join(BULK_COLUMNS + tuple(BULK_CONSTANTS))
+    constants = ", ".join(BULK_CONSTANTS.values())
+    with connection.cursor() as cursor:
+        if is_postgres():
+            names = ", ".join(BULK_COLUMNS)
+            record = ", ".join(f"{name} {BULK_TYPES[name]}" for name in BULK_COLUMNS)
+            for start in range(0, len(jobs), 5000):
+                document = json.dumps([
+                    {"public_id": str(uuid.uuid4()), "kind": job.kind, "queue": job.queue,
+                     "payload": job.payload, "priority": job.priority,
+                     "owner_id": job.owner.pk if job.owner is not None else None,
+                     "fingerprint": job.fingerprint, "concurrency_keys": job.concurrency_keys,
+                     "blocked_key": job.blocked_key, "max_attempts": job.max_attempts,
+                     "run_after": stamp(job.run_after), "enqueued_at": stamp(job.enqueued_at)}
+                    for job in jobs[start:start + 5000]
+                ])
+                cursor.execute(
+                    f"INSERT INTO jobs_job ({columns}, updated_at) SELECT {names}, {constants}, "
+                    f"enqueued_at FROM json_to_recordset(%s::json) AS u({record})",
+                    [document],
+                )
+        else:
+            marks = ", ".join(["%s"] * len(BULK_COLUMNS))
+            adapt = connection.ops.adapt_datetimefield_value
+            cursor.executemany(
+                f"INSERT INTO jobs_job ({columns}, updated_at) VALUES ({marks}, {constants}, %s)",
+                [(uuid.uuid4().hex, job.kind, job.queue, job.payload_text, job.priority,
+                  job.owner.pk if job.owner is not None else None, job.fingerprint,
+                  json.dumps(job.concurrency_keys), job.blocked_key, job.max_attempts,
+                  adapt(job.run_after), adapt(job.enqueued_at), adapt(job.enqueued_at))
+                 for job in jobs],
+            )
+
+
+# --- The claim -----------------------------------------------------------------
+
+# Every served queue's first candidates in one statement (PostgreSQL): a
+# LATERAL subquery per queue walks that queue's slice of the claim index.
+FIRST_CANDIDATES = f"""
+SELECT j.* FROM unnest(%s::text[]) WITH ORDINALITY AS q(name, n)
+CROSS JOIN LATERAL (
+    SELECT * FROM jobs_job
+    WHERE status = 'READY' AND blocked_key IS NULL AND queue = q.name
+      AND kind = ANY(%s) AND run_after <= STATEMENT_TIMESTAMP()
+    ORDER BY {order.SQL}
+    LIMIT %s FOR UPDATE SKIP LOCKED
+) j
+ORDER BY q.n, {", ".join(f"j.{term}" for term in order.SQL.split(", "))}
+"""
+
+
+def first_candidates(queues, kinds, count):
+    """Each queue's first `count` claimable jobs in claim order, locked, skipping held rows."""
+    return list(Job.objects.raw(FIRST_CANDIDATES, [queues, list(kinds), count]))
+
+
+def mark_running(ids, *, worker, token, lease_s):
+    """The claim's final step: the chosen jobs RUNNING under one new lease, by id."""
+    token = Job._meta.get_field("lease_token").get_db_prep_value(token, connection)
+    marks = ", ".join(["%s"] * len(ids))
+    if is_postgres():
+        expires = f"{now()} + %s * interval '1 second'"
+        append = "worker_ids || %s::jsonb"
+        params = [worker.pk, token, lease_s, json.dumps([worker.name]), *ids]
+    else:
+        expires = "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW', %s)"
+        append = "json_insert(worker_ids, '$[#]', %s)"
+        params = [worker.pk, token, f"+{lease_s} seconds", worker.name, *ids]
+    _execute(
+        f"UPDATE jobs_job SET status = 'RUNNING', worker_id = %s, lease_token = %s, "
+        f"lease_expires_at = {expires}, attempts = attempts + 1, started_at = {now()}, "
+        # The right-hand started_at is the previous attempt's: a row attempted
+        # before first_started_at existed keeps the earliest start it knows.
+        f"first_started_at = COALESCE(first_started_at, started_at, {now()}), "
+        f"updated_at = {now()}, stop_requested = '', blocked_key = NULL, "
+        f"worker_ids = {append} WHERE id IN ({marks})",
+        params,
+    )
+
+
+# --- Concurrency keys ----------------------------------------------------------
+
+
+def has_key_condition(column="concurrency_keys"):
+    """A WHERE fragment true when the JSON list `column` contains the parameter."""
+    if is_postgres():
+        return f"{column} @> jsonb_build_array(%s::text)"
+    return f"EXISTS (SELECT 1 FROM json_each({column}) WHERE value = %s)"
+
+
+def lock_limits(keys):
+    """Lock the limit rows of `keys` (sorted, so two lockers never deadlock) and return {key: limit}.
+
+    SQLite has no row locks; its IMMEDIATE transaction already serialises every writer.
+    """
+    if not keys:
+        return {}
+    keys = sorted(set(keys))
+    marks = ",".join(["%s"] * len(keys))
+    lock = " FOR UPDATE" if is_postgres() else ""
+    rows = _execute(
+        f'SELECT key, "limit" FROM jobs_concurrencylimit WHERE key IN ({marks}) ORDER BY key{lock}',
+        keys,
+    )
+    # A row edited by hand may hold anything: read it as the nearest sane limit.
+    return {key: bounds.sane(limit, low=0, high=bounds.LIMIT_MAX, default=1,
+                             what=f"the limit of key {key!r}")
+            for key, limit in rows}
+
+
+def running_counts(keys):
+    """{key: number of RUNNING jobs carrying it} for the given keys."""
+    if not keys:
+        return {}
+    keys = sorted(set(keys))
+    if is_postgres():
+        rows = _execute(
+            # The type test first: one hand-edited row that is no array would make
+            # the function fail every claim.
+            "SELECT k, count(*) FROM jobs_job j, jsonb_array_elements_text("
+            "CASE WHEN jsonb_typeof(j.concurrency_keys) = 'array' THEN j.concurrency_keys "
+            "ELSE '[]'::jsonb END) k "
+            "WHERE j.status = 'RUNNING' AND k = ANY(%s) GROUP BY k",
+            [keys],
+        )
+    else:
+        marks = ",".join(["%s"] * len(keys))
+        rows = _execute(
+            "SELECT k.value, count(*) FROM jobs_job j, json_each(j.concurrency_keys) k "
+            f"WHERE j.status = 'RUNNING' AND k.value IN ({marks}) GROUP BY k.value",
+            keys,
+        )
+    return dict(rows)
+
+
+def park_backlog(key, queue, batch):
+    """Park up to `batch` more claimable jobs of `queue` that carry `key` (its limit row is locked)."""
+    skip = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
+    _execute(
+        "UPDATE jobs_job SET blocked_key = %s WHERE id IN ("
+        "SELECT id FROM jobs_job WHERE status = 'READY' AND blocked_key IS NULL AND queue = %s "
+        f"AND {has_key_condition()} LIMIT %s{skip})",
+        [key, queue, key, batch],
+    )
+
+
+# --- Ends of attempts -------------------------------------------------------------
+
+
+def complete_batch(rows):
+    """Mark RUNNING jobs SUCCESSFUL in one statement; `rows` are (id, lease token, result).
+
+    Each row is guarded by its own token; returns the ids that matched (a job
+    whose lease was lost meanwhile is left alone).
+    """
+    token_field = Job._meta.get_field("lease_token")
+    params, values = [], []
+    jsonb = "::jsonb" if is_postgres() else ""
+    uuid_cast = "::uuid" if is_postgres() else ""
+    for job_id, token, result in rows:
+        values.append("(%s, %s, %s)")
+        params += [job_id, token_field.get_db_prep_value(token, connection),
+                   None if result is None else json.dumps(result)]
+    done = _execute(
+        f"WITH v(id, token, result) AS (VALUES {', '.join(values)}) "
+        "UPDATE jobs_job SET status = 'SUCCESSFUL', "
+        f"result = (SELECT v.result{jsonb} FROM v WHERE v.id = jobs_job.id), "
+        f"progress = 1.0, finished_at = {now()}, updated_at = {now()}, "
+        "error = '', error_code = '', worker_id = NULL, lease_token = NULL, "
+        "lease_expires_at = NULL, blocked_key = NULL, stop_requested = '' "
+        f"WHERE status = 'RUNNING' AND EXISTS (SELECT 1 FROM v WHERE v.id = jobs_job.id "
+        f"AND v.token{uuid_cast} = jobs_job.lease_token) "
+        "RETURNING id",
+        params,
+    )
+    return [row[0] for row in done]
+
+
+# --- Wake-ups ------------------------------------------------------------------
+
+
+def notify(channel, payload):
+    """PostgreSQL NOTIFY on `channel`, delivered when the surrounding transaction commits."""
+    _execute("SELECT pg_notify(%s, %s)", [channel, payload])
+
+
+# --- Counting without a scan (PostgreSQL) ---------------------------------------------
+
+
+def table_rows_estimate():
+    """The planner's idea of how many rows jobs_job holds (kept by ANALYZE; -1 before the first)."""
+    [(rows,)] = _execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'jobs_job'::regclass")
+    return rows
+
+
+def rows_estimate(queue, status):
+    """The planner's row estimate for one queue and state, from column statistics: never a scan."""
+    [(plan,)] = _execute(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM jobs_job WHERE queue = %s AND status = %s",
+        [queue, status])
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    return int(plan[0]["Plan"]["Plan Rows"])
