@@ -49,7 +49,8 @@ def test_the_scrape_parses_and_says_what_the_queue_holds(client):
     finished("tests.echo", JobStatus.SUCCESSFUL, seconds=120)
     failed = finished("tests.fail_value_error", JobStatus.FAILED, seconds=0.5)
     finished("tests.echo", JobStatus.SUCCESSFUL, seconds=3, ago_s=7200)  # outside the window
-    JobEvent.objects.create(job_id=failed.pk, kind=Outcome.RETRY, reason="bad value")
+    JobEvent.objects.create(job_id=failed.pk, kind=Outcome.RETRY, reason="bad value",
+                            data={"status": "READY", "code": "error"})
     Worker.objects.create(name="w1", host="box", pid=7,
                           heartbeat_at=now - timedelta(seconds=42))
     Worker.objects.create(name="gone", host="box", pid=8, stopped_at=now)
