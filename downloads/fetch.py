@@ -103,7 +103,7 @@ def transfer(ctx, download, asset, token):
     def alive():
         # Asked for every chunk yt-dlp receives: each one is a sign of life
         # for the stall watchdog, so only a transfer that moves no bytes stalls.
-        ctx.beat()
+        ctx.alive()
         return False
 
     try:

@@ -105,7 +105,8 @@ class QueueLimitsForm(forms.Form):
                                                  "workers; empty for no limit."))
     gap_seconds = forms.FloatField(label=gettext_lazy("Gap (seconds)"), min_value=0,
                                    max_value=bounds.GAP_SECONDS_MAX, required=False,
-                                   help_text=gettext_lazy("Least time between two job starts."))
+                                   help_text=gettext_lazy("The queue rests this long after each start and after each "
+                                                          "job ends, before the next one starts."))
 
 
 def queues(model_admin, request):

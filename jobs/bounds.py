@@ -11,7 +11,7 @@ import logging
 log = logging.getLogger(__name__)
 
 LIMIT_MAX = 10_000  # jobs running at once, for a queue or a concurrency key
-GAP_SECONDS_MAX = 7 * 86400.0  # least time between two starts of a queue's jobs
+GAP_SECONDS_MAX = 7 * 86400.0  # the longest rest of a queue after each of its jobs
 
 
 def sane(value, *, low, high, what, default=None):

@@ -132,7 +132,7 @@ TASKS = {
 
 # Starting settings of queues; staff edit them live afterwards (the Queue rows).
 JOBS_QUEUES = {
-    # One AI generation at a time across the deployment, with a gap between starts.
+    # One AI generation at a time across the deployment, resting a gap after each.
     "insights": {
         "concurrency": env.get_number("INSIGHTS_CONCURRENCY", 1, int, minimum=1),
         "gap_seconds": env.get_number("INSIGHTS_GAP_SECONDS", 20.0, minimum=0),

@@ -215,3 +215,10 @@ def _refuse(job, data):
       options={"cv_type": "noop"}, ingest=_refuse)
 def cv_bad_result(ctx, payload):
     raise AssertionError("redis-mode jobs run on CV workers, not here")
+
+
+@kind("tests.gapped", queue="gapped", max_attempts=1)
+def gapped(ctx, payload):
+    """A job of the `gapped` queue that works `seconds` (tests of a queue's gap set it up)."""
+    ctx.wait(payload.get("seconds", 0))
+    return None

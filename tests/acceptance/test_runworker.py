@@ -91,7 +91,7 @@ def test_graceful_sigterm_requeues_the_running_job_exactly_once(spawn_worker, tm
     assert row.status == JobStatus.READY
     assert row.attempts == 0
     assert list(row.events.values_list("kind", flat=True)) == ["requeued"]
-    assert [line[-1] for line in ledger.events("stopped", job.pk)] == ["shutdown"]
+    assert [line[-1] for line in ledger.events("stopped", job.pk)] == ["requeued"]
 
 
 def test_a_worker_waits_for_migrations_instead_of_crashing(spawn_worker, tmp_path):

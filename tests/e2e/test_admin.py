@@ -70,7 +70,7 @@ def test_staff_moves_a_job_to_the_front_and_the_running_worker_takes_it_next(
     started = list(Job.objects.filter(pk__in=[j.pk for j in waiting]).order_by("started_at")
                    .values_list("pk", flat=True))
     assert started == [waiting[3].pk, waiting[0].pk, waiting[1].pk, waiting[2].pk]
-    assert JobEvent.objects.get(job=waiting[3]).actor == staff_user
+    assert JobEvent.objects.get(job=waiting[3], kind="moved").actor == staff_user
 
 
 def test_bulk_retry_of_failed_jobs_with_confirmation(live_server, page, staff_user):

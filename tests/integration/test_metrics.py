@@ -150,10 +150,12 @@ def test_the_bearer_token_passes_the_site_middleware(client, settings):
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
 
 
+# Both in the decorator: a `settings` fixture changed inside it would, at its
+# teardown, put back the decorator's MIDDLEWARE for every later test.
 @override_settings(MIDDLEWARE=[m for m in configured.MIDDLEWARE
-                               if m != "core.tokens.BearerTokenMiddleware"])
-def test_the_bearer_token_opens_the_scrape_through_the_rest_of_the_stack(client, settings):
-    settings.METRICS_TOKEN = "s3cret-metrics"
+                               if m != "core.tokens.BearerTokenMiddleware"],
+                   METRICS_TOKEN="s3cret-metrics")
+def test_the_bearer_token_opens_the_scrape_through_the_rest_of_the_stack(client):
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
     scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-metrics")
 
