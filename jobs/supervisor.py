@@ -152,12 +152,15 @@ class StopOutcome:
 def python_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for `python -m <this package's module>` as a child of this process.
 
-    It gets this process's import path, so it imports what we import (the
-    project, its settings module named by DJANGO_SETTINGS_MODULE) wherever
-    we were started from, and nothing of another checkout.
+    It gets the folders of this process's import path that the interpreter
+    does not add by itself (the project's, where our settings module named by
+    DJANGO_SETTINGS_MODULE lives), so it imports what we import wherever we
+    were started from, and nothing of another checkout.
     """
+    own = (sys.prefix, sys.base_prefix)
     path = [os.path.abspath(entry or os.curdir) for entry in sys.path]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), **(extra or {})}
+    path = [entry for entry in dict.fromkeys(path) if not entry.startswith(own)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), **(extra or {})}
 
 
 class Child:
