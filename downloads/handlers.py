@@ -15,7 +15,7 @@ module is imported, i.e. when a worker starts.
 
 from django.utils.translation import gettext_lazy as _
 
-from downloads import conf, edits, fetch, housekeeping, shots
+from downloads import conf, edits, fetch, housekeeping, services, shots
 from jobs.registry import kind
 
 
@@ -43,6 +43,8 @@ POLICY = {
     "concurrency_keys": _keys,
     "default_limits": {"user": conf.default_concurrent(), "asset": 1},
     "options": _options(),
+    # The download keeps its job's final state, so pruning the job loses nothing.
+    "finished": services.download_record_outcome,
 }
 
 

@@ -11,15 +11,7 @@ class InsightsConfig(AppConfig):
     def ready(self):
         from jobs import signals
 
-        signals.job_finished.connect(_copy_outcome, dispatch_uid="insights.copy_outcome")
         signals.job_finished.connect(_prefetch_after, dispatch_uid="insights.prefetch_after")
-
-
-def _copy_outcome(sender, job, **kwargs):
-    from insights import services
-
-    if services.is_insight_kind(job.kind):
-        services.insight_record_outcome(job)
 
 
 def _prefetch_after(sender, job, **kwargs):

@@ -36,6 +36,8 @@ POLICY = {
     "cooldown_s": conf.retry_after_s(),
     "timeout_s": _timeout_s,
     "unique_key": _unique,
+    # The insight keeps its job's final state, so pruning the job loses nothing.
+    "finished": services.insight_record_outcome,
 }
 
 

@@ -42,6 +42,10 @@ class Policy:
     # Options for the process / redis modes: stall_timeout_s, wall_clock_cap_s,
     # kill_grace_s, poll_interval_s, limits={address_space_bytes, file_size_bytes, cpu_time_s}.
     options: dict = field(default_factory=dict)
+    # `finished(job)`: inside the transaction that gives a job its final state
+    # (SUCCESSFUL, FAILED, CANCELLED), write the app's own copy of that state,
+    # so it commits with the job's or not at all.
+    finished: Callable | None = None
     # `cleanup(job, outcome=, final=)`: let go of what an attempt held outside
     # the queue once it ended (jobs/outcome.py says when); `final` when the job
     # will not run again. A pause keeps what a resume needs.

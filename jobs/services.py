@@ -226,11 +226,19 @@ def _notify(queue):
 
 
 def _finished(job, status, **fields):
-    """Announce a final state once the transaction that wrote it commits."""
+    """In the transaction that gave `job` its final state: the kind's own record of it, then
+    the `job_finished` signal once that transaction commits."""
     job.status = status
     for name, value in fields.items():
         setattr(job, name, value)
     job.finished_at = job.finished_at or timezone.now()
+    finished = registry.policy(job.kind).finished
+    if finished is not None:
+        try:
+            with transaction.atomic():  # a savepoint: a failing copy must not undo the transition
+                finished(job)
+        except Exception:  # noqa: BLE001 - a worker never dies of an app's data
+            log.exception("the %s kind's record of job %s's end failed", job.kind, job.pk)
     transaction.on_commit(lambda: signals.job_finished.send(Job, job=job))
 
 

@@ -9,13 +9,6 @@ class SubscriptionsConfig(AppConfig):
     verbose_name = _("Subscriptions")
 
     def ready(self):
-        from jobs import selectors, signals
+        from jobs import selectors
 
         selectors.describe_key("subscriber", _("Your other subscriptions are being checked."))
-        signals.job_finished.connect(_record_failure, dispatch_uid="subscriptions.record_failure")
-
-
-def _record_failure(sender, job, **kwargs):
-    from subscriptions import services
-
-    services.record_job_failure(job)

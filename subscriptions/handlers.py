@@ -13,7 +13,7 @@ every worker.
 from django.utils.translation import gettext_lazy as _
 
 from jobs.registry import kind
-from subscriptions import checking, conf
+from subscriptions import checking, conf, services
 from subscriptions.services import CHECK_KIND, check_key
 
 
@@ -34,6 +34,7 @@ def _keys(payload, owner):
     unique_key=_unique,
     concurrency_keys=_keys,
     default_limits={"subscriber": conf.checks_per_user()},
+    finished=services.record_job_failure,
     options={
         "stall_timeout_s": conf.check_stall_timeout_s(),
         "kill_grace_s": conf.check_kill_grace_s(),

@@ -180,7 +180,7 @@ def record_failure(subscription_id, *, code, detail):
 
 
 def record_job_failure(job):
-    """A check job failed for good: record why on its subscription (a job_finished receiver).
+    """A check job failed for good: record why on its subscription (the kind's `finished` hook).
 
     The handler records the errors it raises itself; this catches the ends
     only the engine sees (stalled, timed out, crashed child).

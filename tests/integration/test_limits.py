@@ -3,7 +3,7 @@
 import pytest
 
 from jobs import claiming, limits, selectors, services
-from jobs.models import ConcurrencyLimit, Job, JobStatus, Worker
+from jobs.models import ConcurrencyLimit, Job, Worker
 
 pytestmark = pytest.mark.django_db
 
