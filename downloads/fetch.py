@@ -14,6 +14,8 @@ worker) releases the asset afterwards. Failures end here: the asset is
 released and the error becomes Retry (network, disk full) or Fail.
 """
 
+import threading
+
 from django.db import transaction
 from django.utils.translation import gettext as _
 
@@ -92,8 +94,10 @@ def transfer(ctx, download, asset, token):
                  message=progress.encode(bytes_done=storage.partial_bytes(asset.pk)), force=True)
 
     phases = ["starting"]
+    transferring = threading.Event()
 
     def report(figures):
+        transferring.set()
         # A new phase is written at once (the first bytes show without waiting
         # out the throttle); within a phase, at most one write a second.
         changed = figures["phase"] != phases[-1]
@@ -110,9 +114,13 @@ def transfer(ctx, download, asset, token):
         return False
 
     try:
-        result = ytdlp.run_download(asset.url, fmt=asset.format,
-                                    staging_dir=storage.staging_dir(asset.pk),
-                                    on_progress=report, should_stop=alive, max_bytes=limit)
+        # Until the first bytes, yt-dlp sets itself up (its extractors, the
+        # first request): healthy work that outlasts a short stall timeout on
+        # a busy machine. The stall watchdog is for a transfer that stops.
+        with ctx.keepalive(0.5, until=transferring):
+            result = ytdlp.run_download(asset.url, fmt=asset.format,
+                                        staging_dir=storage.staging_dir(asset.pk),
+                                        on_progress=report, should_stop=alive, max_bytes=limit)
     except TooLarge as exc:
         if binding == "quota" and not isinstance(exc, QuotaExceeded):
             raise QuotaExceeded(str(exc), size_bytes=exc.size_bytes,

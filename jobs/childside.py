@@ -182,18 +182,20 @@ def alive() -> None:
 
 
 @contextlib.contextmanager
-def keepalive(every_s: float = 1.0) -> Iterator[None]:
+def keepalive(every_s: float = 1.0, *, until: threading.Event | None = None) -> Iterator[None]:
     """Say "alive" from a thread while a long, quiet step known to be healthy runs.
 
     For waiting on something that proves its own progress (an ffmpeg pass
     reporting frames). Never wrap code where a deadlock must count as a stall:
     the thread keeps saying so while the step is stuck. A child frozen by
-    SIGSTOP still stalls, since the thread is frozen too.
+    SIGSTOP still stalls, since the thread is frozen too. With `until`, it
+    falls silent once that event is set: from then on the step's own signs
+    of life must come (a transfer's first bytes, say).
     """
     done = threading.Event()
 
     def alive_until_done():
-        while not done.wait(every_s):
+        while not done.wait(every_s) and not (until is not None and until.is_set()):
             alive()
 
     thread = threading.Thread(target=alive_until_done, name="haulage-keepalive", daemon=True)

@@ -44,9 +44,9 @@ class JobContext:
         """A sign of life without progress, for a long quiet step (a no-op outside a child process)."""
         childside.alive()
 
-    def keepalive(self):
+    def keepalive(self, every_s=1.0, *, until=None):
         """Signs of life from a thread during a step known to be healthy (jobs.childside.keepalive)."""
-        return childside.keepalive()
+        return childside.keepalive(every_s, until=until)
 
     def progress(self, fraction=None, *, phase=None, message=None, force=False):
         childside.alive()
