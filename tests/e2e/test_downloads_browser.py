@@ -55,7 +55,7 @@ def test_submit_a_url_and_watch_the_bar_reach_100(live_server, page, django_user
     assert re.search(r"width: 100(\.0)?%", row.locator(".bar span").get_attribute("style"))
     assert any(0 < value < 100 for value in seen), seen  # it moved, not just jumped
     assert row.get_attribute("hx-trigger") is None  # the finished row stopped polling
-    assert "Finished" in row.inner_text()
+    assert "Successful" in row.inner_text()
 
     download = Download.objects.get()
     page.click(f"a[href='/downloads/{download.pk}/']")
