@@ -36,7 +36,8 @@ def library(django_user_model, media_root, settings):
     shutil.copy(media.short_mp4(), storage.asset_dir(asset.pk) / "media.mp4")
     MediaAsset.objects.filter(pk=asset.pk).update(
         state="ready", file=f"assets/{asset.pk}/media.mp4", size_bytes=123_456, duration_s=20.0,
-        title=LONG, metadata={"width": 160, "height": 120})
+        title=LONG, metadata={"width": 160, "height": 120}, ready_at=timezone.now(),
+        last_accessed_at=timezone.now())
     Job.objects.filter(pk=video.job_id).update(status=JobStatus.SUCCESSFUL, progress=1.0,
                                                finished_at=timezone.now())
     Download.objects.filter(pk=video.pk).update(status="successful", finished_at=timezone.now())
@@ -75,7 +76,9 @@ def admin_pages(job_id):
     return {"admin-up-next": "/admin/jobs/job/up-next/?queue=downloads",
             "admin-queues": "/admin/jobs/job/queues/", "admin-workers": "/admin/jobs/job/workers/",
             "admin-job": f"/admin/jobs/job/{job_id}/change/",
-            "admin-schedules": "/admin/django_q/schedule/"}
+            "admin-schedules": "/admin/django_q/schedule/",
+            "admin-downloads": "/admin/downloads/download/", "admin-assets": "/admin/downloads/mediaasset/",
+            "admin-insights": "/admin/insights/insight/", "admin-quotas": "/admin/downloads/downloadquota/"}
 
 
 def visit(page, live_server, path):

@@ -50,3 +50,7 @@ def test_a_successful_download_and_its_summary_read_successful_everywhere(
         assert response.status_code == 200, name
         assert "Successful" in text, name
         assert not re.search(r"\bFinished\b(?!:)", text), name  # "Finished:" names a time
+    # The rows themselves, not only the filters beside them, say it in words.
+    assert '<td class="field-current_status">Successful</td>' in \
+        pages["admin downloads"].content.decode()
+    assert '<td class="field-status">Successful</td>' in pages["admin insights"].content.decode()
