@@ -1,5 +1,8 @@
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.template.defaultfilters import filesizeformat
+from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -53,6 +56,14 @@ class MediaAssetAdmin(FitsALaptop, admin.ModelAdmin):
                     "n": len(outcomes) - evicted}, messages.WARNING)
 
 
+CONFIRM_SAMPLE = 20  # downloads a confirmation page names; the rest are counted
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(label=_("Reason (optional, shown to each download's owner)"),
+                             required=False, max_length=500)
+
+
 @admin.register(Download)
 class DownloadAdmin(FitsALaptop, admin.ModelAdmin):
     # The id is on the download's page and found by the search; the list keeps its width for
@@ -69,11 +80,11 @@ class DownloadAdmin(FitsALaptop, admin.ModelAdmin):
     def current_status(self, obj):
         return DownloadStatus(obj.current_status).label  # in words, as on the user's own list
 
-    def _each(self, request, queryset, service, done_message):
+    def _each(self, request, queryset, service, done_message, **options):
         done = 0
         for download in queryset.select_related("job", "asset", "owner"):
             try:
-                service(download, actor=request.user)
+                service(download, actor=request.user, **options)
                 done += 1
             except (IllegalTransition, services.QueueFull):
                 continue
@@ -81,8 +92,24 @@ class DownloadAdmin(FitsALaptop, admin.ModelAdmin):
 
     @admin.action(description=_("Cancel the selected downloads"))
     def cancel_downloads(self, request, queryset):
+        # It throws away work people asked for: a page asks first and takes a reason, which each
+        # owner reads on their row; that page posts the same action again with confirm=yes.
+        form = CancelForm(request.POST if request.POST.get("confirm") == "yes" else None)
+        if not form.is_valid():
+            return TemplateResponse(request, "admin/downloads/download/cancel_confirmation.html", {
+                **self.admin_site.each_context(request),
+                "title": _("Cancel the selected downloads"),
+                "opts": self.model._meta,
+                "form": form,
+                "downloads": [(download, self.current_status(download)) for download in
+                              queryset.select_related("asset", "owner", "job")[:CONFIRM_SAMPLE]],
+                "selected_count": queryset.count(),
+                "selected_ids": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                "select_across": request.POST.get("select_across", "0"),
+            })
         self._each(request, queryset, services.download_cancel, lambda n: ngettext(
-            "%(n)d download cancelled.", "%(n)d downloads cancelled.", n) % {"n": n})
+            "%(n)d download cancelled.", "%(n)d downloads cancelled.", n) % {"n": n},
+            reason=form.cleaned_data["reason"])
 
     @admin.action(description=_("Retry the selected downloads"))
     def retry_downloads(self, request, queryset):
