@@ -13,7 +13,7 @@ from insights import conf
 from insights import services as insights
 from insights.models import Insight, InsightKind
 from jobs import services as jobs
-from jobs.models import Job, JobStatus
+from jobs.models import Job, JobStatus, Queue, Worker
 from tests.integration.test_downloads_pages import ready  # noqa: F401 - the fixture
 from tests.integration.test_insights import make_asset
 from tests.integration.test_insights_api import finish
@@ -27,6 +27,13 @@ SUMMARY = InsightKind.VIDEO_SUMMARY
 def insights_queue(db, settings):
     settings.INSIGHTS_GATEWAY_URL = ""
     jobs.set_queue(conf.QUEUE, concurrency=1, gap_seconds=0)
+
+
+@pytest.fixture
+def worker(db):
+    """A live worker that makes summaries: without one the panel says none is running."""
+    return Worker.objects.create(name="summaries", host="here", pid=1, queues=[conf.QUEUE],
+                                 kinds=["insights.video_summary"], concurrency=1)
 
 
 def ask_from_the_page(client, download):
@@ -43,7 +50,8 @@ def poll(client, insight):
 
 
 def polls(html):
-    return 'hx-trigger="every 1s"' in html
+    """Whether the panel asks for itself again (how soon: see test_the_panel_looks_again_soon…)."""
+    return re.search(r'hx-get="/insights/[0-9a-f-]+/panel/"', html) is not None
 
 
 def test_queued_generating_text_failure_and_retry_as_the_panel_shows_them(
@@ -118,3 +126,47 @@ def test_new_shots_make_the_open_summary_ask_again_at_interactive_priority(
     assert polls(panel) and "Clip, before its shots were known." in panel  # kept while it updates
     job = Job.objects.filter(kind="insights.video_summary").latest("id")
     assert job.status == JobStatus.READY and job.priority == conf.INTERACTIVE  # promoted
+
+
+def trigger(html):
+    return re.search(r'<div class="insight[^>]*hx-trigger="([^"]+)"', html).group(1)
+
+
+def test_the_panel_looks_again_soon_when_the_text_is_a_moment_away(alice_client, user, ready,  # noqa: F811
+                                                                    worker, settings):
+    first = insights.insight_request(owner=user, kind=SUMMARY, subject=make_asset(user, "A").pk)
+    panel = ask_from_the_page(alice_client, ready)
+    assert "Queued — 1 ahead of it." in panel and trigger(panel) == "every 1s"
+
+    Job.objects.filter(pk=first.job_id).delete()  # now next in line, nothing holding it
+    insight = Insight.objects.get(owner=user, kind=SUMMARY, subject=str(ready.asset_id))
+    assert trigger(poll(alice_client, insight)) == "load delay:250ms"
+
+    Job.objects.filter(pk=insight.job_id).update(status=JobStatus.RUNNING, attempts=1,
+                                                 started_at=timezone.now())
+    assert trigger(poll(alice_client, insight)) == "load delay:250ms"  # the local generator
+    settings.INSIGHTS_GATEWAY_URL = "http://gateway.invalid/v1"
+    assert trigger(poll(alice_client, insight)) == "every 1s"  # a gateway takes its time
+
+
+def test_a_job_claimed_while_its_panel_is_answered_reads_as_started_not_held_by_itself(
+        user, ready, worker):  # noqa: F811
+    from insights import selectors
+
+    jobs.set_queue(conf.QUEUE, concurrency=1, gap_seconds=20)
+    asked = insights.insight_request(owner=user, kind=SUMMARY, subject=ready.asset_id)
+    read = Insight.objects.select_related("job").get(pk=asked.pk)  # the page's read: queued
+    # Then a worker takes it: the queue's one slot is its own.
+    Job.objects.filter(pk=read.job_id).update(status=JobStatus.RUNNING, attempts=1,
+                                              started_at=timezone.now())
+    state = selectors.insight_state(read)
+    assert state.status == "running" and state.waiting_code == ""
+
+    # Or it has already run: the gap after the queue's last start is its own.
+    read = Insight.objects.select_related("job").get(pk=asked.pk)
+    Job.objects.filter(pk=read.job_id).update(status=JobStatus.READY)
+    read = Insight.objects.select_related("job").get(pk=asked.pk)
+    finish(read, text="Written meanwhile.")
+    Queue.objects.filter(name=conf.QUEUE).update(last_started_at=timezone.now())
+    state = selectors.insight_state(read)
+    assert state.status == "successful" and state.text == "Written meanwhile."
