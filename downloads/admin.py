@@ -1,9 +1,15 @@
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.defaultfilters import filesizeformat
+from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from core.admin import FitsALaptop
 from downloads import progress, services
-from downloads.models import Download, DownloadQuota, MediaAsset
+from downloads.models import Download, DownloadQuota, DownloadStatus, MediaAsset
+from downloads.templatetags.downloads_tags import seconds
 from jobs.admin import register_job_link, register_progress_words
 from jobs.exceptions import IllegalTransition
 
@@ -14,15 +20,25 @@ register_job_link("downloads.edit", lambda job: Download.objects.filter(job=job)
 
 
 @admin.register(MediaAsset)
-class MediaAssetAdmin(admin.ModelAdmin):
-    list_display = ["id", "title", "format", "edit", "state", "size_bytes", "duration_s",
-                    "ready_at", "last_accessed_at"]
+class MediaAssetAdmin(FitsALaptop, admin.ModelAdmin):
+    # Sizes and lengths in words keep their columns narrow; when it became ready is on the
+    # asset's page, the last access (what eviction goes by) stays in the list.
+    list_display = ["id", "title", "format", "edit", "state", "size", "length",
+                    "last_accessed_at"]
     list_filter = ["state", "format"]
     search_fields = ["title", "url"]
     readonly_fields = ["url", "url_digest", "format", "parent", "edit", "state", "holder", "file",
                        "size_bytes", "duration_s", "metadata", "error_code", "error", "created_at",
                        "ready_at", "last_accessed_at"]
     actions = ["evict_assets"]
+
+    @admin.display(description=_("size"), ordering="size_bytes")
+    def size(self, asset):
+        return filesizeformat(asset.size_bytes) if asset.size_bytes is not None else None
+
+    @admin.display(description=_("length"), ordering="duration_s")
+    def length(self, asset):
+        return seconds(asset.duration_s) or None
 
     @admin.action(description=_("Evict the selected assets' files (they are fetched again "
                                 "when asked for)"))
@@ -40,9 +56,19 @@ class MediaAssetAdmin(admin.ModelAdmin):
                     "n": len(outcomes) - evicted}, messages.WARNING)
 
 
+CONFIRM_SAMPLE = 20  # downloads a confirmation page names; the rest are counted
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(label=_("Reason (optional, shown to each download's owner)"),
+                             required=False, max_length=500)
+
+
 @admin.register(Download)
-class DownloadAdmin(admin.ModelAdmin):
-    list_display = ["id", "owner", "__str__", "current_status", "error_code", "created_at"]
+class DownloadAdmin(FitsALaptop, admin.ModelAdmin):
+    # The id is on the download's page and found by the search; the list keeps its width for
+    # what staff scan (whose, what, how it ended).
+    list_display = ["__str__", "owner", "current_status", "error_code", "created_at"]
     list_filter = ["status", "asset__format"]
     search_fields = ["id", "owner__username", "name", "asset__title", "asset__url"]
     list_select_related = ["owner", "asset", "job"]
@@ -52,13 +78,13 @@ class DownloadAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("status"))
     def current_status(self, obj):
-        return obj.current_status
+        return DownloadStatus(obj.current_status).label  # in words, as on the user's own list
 
-    def _each(self, request, queryset, service, done_message):
+    def _each(self, request, queryset, service, done_message, **options):
         done = 0
         for download in queryset.select_related("job", "asset", "owner"):
             try:
-                service(download, actor=request.user)
+                service(download, actor=request.user, **options)
                 done += 1
             except (IllegalTransition, services.QueueFull):
                 continue
@@ -66,8 +92,24 @@ class DownloadAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Cancel the selected downloads"))
     def cancel_downloads(self, request, queryset):
+        # It throws away work people asked for: a page asks first and takes a reason, which each
+        # owner reads on their row; that page posts the same action again with confirm=yes.
+        form = CancelForm(request.POST if request.POST.get("confirm") == "yes" else None)
+        if not form.is_valid():
+            return TemplateResponse(request, "admin/downloads/download/cancel_confirmation.html", {
+                **self.admin_site.each_context(request),
+                "title": _("Cancel the selected downloads"),
+                "opts": self.model._meta,
+                "form": form,
+                "downloads": [(download, self.current_status(download)) for download in
+                              queryset.select_related("asset", "owner", "job")[:CONFIRM_SAMPLE]],
+                "selected_count": queryset.count(),
+                "selected_ids": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                "select_across": request.POST.get("select_across", "0"),
+            })
         self._each(request, queryset, services.download_cancel, lambda n: ngettext(
-            "%(n)d download cancelled.", "%(n)d downloads cancelled.", n) % {"n": n})
+            "%(n)d download cancelled.", "%(n)d downloads cancelled.", n) % {"n": n},
+            reason=form.cleaned_data["reason"])
 
     @admin.action(description=_("Retry the selected downloads"))
     def retry_downloads(self, request, queryset):
@@ -76,7 +118,7 @@ class DownloadAdmin(admin.ModelAdmin):
 
 
 @admin.register(DownloadQuota)
-class DownloadQuotaAdmin(admin.ModelAdmin):
+class DownloadQuotaAdmin(FitsALaptop, admin.ModelAdmin):
     list_display = ["user", "max_concurrent", "max_queued", "storage_bytes", "unlimited"]
     search_fields = ["user__username"]
     raw_id_fields = ["user"]

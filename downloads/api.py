@@ -44,6 +44,10 @@ def _iso(value):
     return value.isoformat() if value else None
 
 
+def _absolute(request, path):
+    return request.build_absolute_uri(path) if path else None
+
+
 def insight_link(request, kind, subject, insight):
     """Where the user's insight of `kind` about `subject` is read (null until it was asked for),
     and the request that asks for it (idempotent: asking again returns the same insight)."""
@@ -102,7 +106,7 @@ def download_json(state, request, summaries=None):
             "title": asset.title,
             "duration_s": asset.duration_s,
             "size_bytes": asset.size_bytes,
-            "file_url": request.build_absolute_uri(state.file_url) if state.file_url else None,
+            "file_url": _absolute(request, state.file_url),
             "shots_url": shots_url,
         },
         "summary": insight_link(request, InsightKind.VIDEO_SUMMARY, asset.pk,
@@ -235,6 +239,11 @@ def shots_list(request, download_id):
     notes = insight_selectors.insights_by_subject(request.user, InsightKind.SHOT_NOTES,
                                                   [shot["id"] for shot in state["shots"]])
     for shot in state["shots"]:
+        # The page's <img> tags take the paths as they are; a script gets URLs it can fetch.
+        shot["thumbnail_url"] = _absolute(request, shot["thumbnail_url"])
+        if shot["analysis"] is not None:
+            shot["analysis"]["keyframe_strip_url"] = _absolute(
+                request, shot["analysis"]["keyframe_strip_url"])
         shot["notes"] = insight_link(request, InsightKind.SHOT_NOTES, shot["id"],
                                      notes.get(str(shot["id"])))
     return JsonResponse({"segment": state["segment"], "shots": state["shots"]})

@@ -104,7 +104,7 @@ class DownloadStatus(models.TextChoices):
     READY = "ready", _("Queued")
     RUNNING = "running", _("Downloading")
     PAUSED = "paused", _("Paused")
-    SUCCESSFUL = "successful", _("Finished")
+    SUCCESSFUL = "successful", _("Successful")  # the engine's word: one label per state everywhere
     FAILED = "failed", _("Failed")
     CANCELLED = "cancelled", _("Cancelled")
     # Not an engine state: it had finished, then storage housekeeping deleted the

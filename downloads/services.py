@@ -196,11 +196,11 @@ def download_resume(download, *, actor=None):
     jobs.resume(_job(download, _("Only a paused download can be resumed.")), actor=actor)
 
 
-def download_cancel(download, *, actor=None):
+def download_cancel(download, *, actor=None, reason=""):
     """Cancel it; a download that was not running loses its partial file here (a running one
-    loses it when its worker has stopped it)."""
+    loses it when its worker has stopped it). Staff's `reason` is what its owner reads."""
     job = _job(download, _("Only a queued, running or paused download can be cancelled."))
-    jobs.cancel(job, actor=actor)
+    jobs.cancel(job, actor=actor, reason=reason)
     job = Job.objects.get(pk=job.pk)
     if job.status == JobStatus.CANCELLED:
         download_record_outcome(job)  # now, not only when the engine's signal arrives

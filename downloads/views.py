@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from downloads import selectors, services, serving, shots, storage
 from downloads.forms import DownloadForm, EditForm
 from downloads.models import DownloadStatus
+from insights.views import DATA_CHANGED as INSIGHT_DATA_CHANGED
 from jobs.exceptions import IllegalTransition, TransportUnavailable
 
 LIST_LIMIT = 200
@@ -171,9 +172,9 @@ def download_file(request, download_id):
 
 # --- Shots (the CV results of a video) --------------------------------------------
 
-def _shots_partial(request, download, notice=""):
+def _shots_partial(request, download, state, notice=""):
     return render(request, "downloads/_shots.html", {
-        "download": download, "shots": shots.shots_state(download), "notice": notice})
+        "download": download, "shots": state, "notice": notice})
 
 
 @require_GET
@@ -181,7 +182,13 @@ def download_shots(request, download_id):
     download = _mine(request, download_id)
     if download.current_status != DownloadStatus.SUCCESSFUL:
         raise Http404
-    return _shots_partial(request, download)
+    state = shots.shots_state(download)
+    response = _shots_partial(request, download, state)
+    if not state["live"]:
+        # The page polls this partial only while CV jobs run, so a final answer means new shots
+        # or measurements just arrived: the summary and notes open beside them ask again.
+        response.headers["HX-Trigger"] = INSIGHT_DATA_CHANGED
+    return response
 
 
 @require_POST
@@ -203,7 +210,7 @@ def download_shots_action(request, download_id, name):
         if notice:
             messages.error(request, notice)
         return redirect("downloads:detail", download_id=download.pk)
-    return _shots_partial(request, download, notice)
+    return _shots_partial(request, download, shots.shots_state(download), notice)
 
 
 @require_http_methods(["GET", "HEAD"])

@@ -3,7 +3,8 @@
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
-from insights.models import Insight
+from core.admin import FitsALaptop
+from insights.models import Generator, Insight
 from jobs.admin import admin_link, register_job_link
 
 # A job's admin page names the insight it works for.
@@ -11,9 +12,9 @@ register_job_link("insights.", lambda job: Insight.objects.filter(job=job).first
 
 
 @admin.register(Insight)
-class InsightAdmin(admin.ModelAdmin):
-    list_display = ["kind", "subject", "owner", "status", "generator", "model", "generated_at",
-                    "requested_at"]
+class InsightAdmin(FitsALaptop, admin.ModelAdmin):
+    # What staff scan fits a laptop; the model and the times are on the insight's page.
+    list_display = ["kind", "subject", "owner", "status", "written_by", "requested_at"]
     list_filter = ["kind", "status", "generator"]
     list_select_related = ["owner"]
     search_fields = ["subject", "owner__username"]
@@ -28,6 +29,13 @@ class InsightAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    @admin.display(description=_("written by"), ordering="generator")
+    def written_by(self, insight):
+        """The model that wrote it, or the local generator (as the user's own list says)."""
+        if insight.generator == Generator.GATEWAY:
+            return insight.model
+        return insight.get_generator_display() or "—"
 
     @admin.display(description=_("job"))
     def job_link(self, insight):

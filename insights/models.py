@@ -28,7 +28,7 @@ class InsightStatus(models.TextChoices):
     READY = "ready", _("Queued")
     RUNNING = "running", _("Generating")
     PAUSED = "paused", _("Paused")
-    SUCCESSFUL = "successful", _("Finished")
+    SUCCESSFUL = "successful", _("Successful")  # the engine's word: one label per state everywhere
     FAILED = "failed", _("Failed")
     CANCELLED = "cancelled", _("Cancelled")
 

@@ -22,6 +22,7 @@ S = InsightStatus
 STANDING_LIMIT = 100  # queued jobs of the queue page whose place is counted
 HISTORY_LIMIT = 50  # failed and finished jobs shown on the queue page, each
 LIVE_LIMIT = 200
+HELD_BY_A_START = ("queue_full", "queue_gap")  # reasons a job's own start can seem to give
 
 
 def served_kinds():
@@ -94,6 +95,18 @@ class InsightState:
         """An earlier text is shown while a new one is made."""
         return self.is_live and bool(self.insight.text)
 
+    @property
+    def text_soon(self):
+        """Its text is a moment away: the local generator is writing it (milliseconds), or it is
+        next in line and a worker takes it within its wake-up (or poll) time. With the local
+        generator, a generation holding the queue's one slot ends within milliseconds too."""
+        local = not conf.gateway_url()
+        if self.status == S.RUNNING:
+            return local
+        if self.status != S.READY or self.queue_position != 1:
+            return False
+        return self.waiting_code == "queued" or (local and self.waiting_code == "queue_full")
+
 
 def insight_state(insight, *, served_kinds=None):
     """Everything a page or the API shows about one insight (a few queries while it waits)."""
@@ -105,6 +118,13 @@ def insight_state(insight, *, served_kinds=None):
         state.attempts, state.max_attempts = job.attempts, job.max_attempts
     if status == S.READY and job is not None:
         standing = job_selectors.standing(job, served_kinds=served_kinds)
+        if standing.position == 1 and standing.reason in HELD_BY_A_START:
+            # A worker may have claimed the job since it was read, and then the slot or the gap
+            # that seems to hold it back is its own start: read both again rather than say so
+            # (the attempt may have written the text already).
+            if Job.objects.filter(pk=job.pk).exclude(status=JobStatus.READY).exists():
+                insight.refresh_from_db()
+                return insight_state(insight, served_kinds=served_kinds)
         state.queue_position = standing.position
         state.waiting_code = standing.reason
         state.waiting_reason = str(standing.message)

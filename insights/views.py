@@ -3,7 +3,10 @@
 A page that embeds the panel asks for its insight with a POST fired on load
 (CSRF-protected, at interactive priority); the panel then polls its own
 partial with GETs, which only read, and the partial of a final insight comes
-back without the polling trigger, so htmx stops asking. Every view looks
+back without the polling trigger, so htmx stops asking. When the page learns
+that the insight's data changed (the video page's shots arrive), the panel
+asks again with the same POST, so the newer text is made at interactive
+priority instead of waiting behind background work. Every view looks
 insights up through the owner, so another user's id is a 404.
 """
 
@@ -20,6 +23,10 @@ from insights.models import InsightKind
 from jobs.exceptions import IllegalTransition
 
 LIST_LIMIT = 200
+
+# The event a page fires (an HX-Trigger header) when the data of the insights it shows has
+# changed while it is open; each panel then asks for its insight again (_panel_body.html).
+DATA_CHANGED = "insight-data-changed"
 
 
 def _mine(request, insight_id):

@@ -42,6 +42,8 @@ def test_submit_a_url_and_watch_the_bar_reach_100(live_server, page, django_user
 
     row = page.locator("li.download").first
     row.wait_for()
+    assert re.search(r"You use 0\sbytes", page.inner_text("#storage"))
+    page.evaluate("window.stillTheSamePage = true")  # gone if anything reloads the page
     seen, deadline = set(), time.monotonic() + 60
     while time.monotonic() < deadline:
         value = row.locator(".bar").get_attribute("aria-valuenow")
@@ -55,7 +57,10 @@ def test_submit_a_url_and_watch_the_bar_reach_100(live_server, page, django_user
     assert re.search(r"width: 100(\.0)?%", row.locator(".bar span").get_attribute("style"))
     assert any(0 < value < 100 for value in seen), seen  # it moved, not just jumped
     assert row.get_attribute("hx-trigger") is None  # the finished row stopped polling
-    assert "Finished" in row.inner_text()
+    assert "Successful" in row.inner_text()
+    # The storage line follows the finished row by itself.
+    page.locator("#storage", has_text=re.compile(r"You use [1-9][\d.]*\sMB")).wait_for()
+    assert page.evaluate("window.stillTheSamePage") is True
 
     download = Download.objects.get()
     page.click(f"a[href='/downloads/{download.pk}/']")

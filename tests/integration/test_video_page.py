@@ -51,7 +51,7 @@ def test_the_video_page_asks_for_its_summary_by_post_and_its_get_queues_nothing(
                                                      "subject": ready.asset_id}, **HTMX)
     assert panel.status_code == 200
     body = panel.content.decode()
-    assert 'data-status="ready"' in body and 'hx-trigger="every 1s"' in body
+    assert 'data-status="ready"' in body and 'hx-get="/insights/' in body  # it polls
     assert "Queued — next in line." in body
     job = Job.objects.get(kind="insights.video_summary")
     assert job.pk == prefetched.job_id and job.priority == conf.INTERACTIVE  # promoted, not doubled
