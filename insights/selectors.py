@@ -22,7 +22,6 @@ S = InsightStatus
 STANDING_LIMIT = 100  # queued jobs of the queue page whose place is counted
 HISTORY_LIMIT = 50  # failed and finished jobs shown on the queue page, each
 LIVE_LIMIT = 200
-HELD_BY_A_START = ("queue_full", "queue_gap")  # reasons a job's own start can seem to give
 
 
 def served_kinds():
@@ -118,13 +117,11 @@ def insight_state(insight, *, served_kinds=None):
         state.attempts, state.max_attempts = job.attempts, job.max_attempts
     if status == S.READY and job is not None:
         standing = job_selectors.standing(job, served_kinds=served_kinds)
-        if standing.position == 1 and standing.reason in HELD_BY_A_START:
-            # A worker may have claimed the job since it was read, and then the slot or the gap
-            # that seems to hold it back is its own start: read both again rather than say so
-            # (the attempt may have written the text already).
-            if Job.objects.filter(pk=job.pk).exclude(status=JobStatus.READY).exists():
-                insight.refresh_from_db()
-                return insight_state(insight, served_kinds=served_kinds)
+        if standing.reason == "running":
+            # A worker claimed the job since it was read: read the insight again (the
+            # attempt may have written its text already).
+            insight.refresh_from_db()
+            return insight_state(insight, served_kinds=served_kinds)
         state.queue_position = standing.position
         state.waiting_code = standing.reason
         state.waiting_reason = str(standing.message)

@@ -262,9 +262,11 @@ class KindFilter(admin.SimpleListFilter):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "kind", "queue", "status_badge", "priority", "owner", "attempts_display",
-                    "progress_display", "enqueued_at", "finished_at", "error_summary"]
-    list_display_links = ["id", "kind"]
+    # What fits a laptop beside the admin's navigation; the queue, priority and
+    # times are on the job's page and in the filters (numbers run in enqueue order).
+    list_display = ["id", "kind_display", "status_with_attempts", "owner", "progress_display",
+                    "error_summary"]
+    list_display_links = ["id", "kind_display"]
     list_filter = ["status", QueueFilter, KindFilter]
     list_select_related = ["owner"]
     search_fields = ["kind"]  # see get_search_results
@@ -344,12 +346,22 @@ class JobAdmin(admin.ModelAdmin):
             pass
         return queryset.filter(models.Q(unique_key=term) | models.Q(kind__startswith=term)), False
 
+    @admin.display(description=_("kind"), ordering="kind")
+    def kind_display(self, job):
+        return format_html('<span title="{}">{}</span>', job.kind, registry.label(job.kind))
+
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, job):
         note = {Outcome.CANCELLED: gettext(" (cancelling)"), Outcome.PAUSED: gettext(" (pausing)")}.get(
             job.stop_requested, "")
         return format_html('<span class="job-status job-status-{}">{}{}</span>', job.status.lower(),
                            job.get_status_display(), note)
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_with_attempts(self, job):
+        return format_html('{}<br><small>{}</small>', self.status_badge(job),
+                           gettext("attempt %(n)d of %(max)d") % {"n": job.attempts,
+                                                                  "max": job.max_attempts})
 
     @admin.display(description=_("attempts"))
     def attempts_display(self, job):

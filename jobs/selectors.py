@@ -97,13 +97,17 @@ def standing(job, *, served_kinds=None):
         return Standing(position, "key_busy",
                         str(words) if words else _("Waiting for a free slot (%(key)s).") % {"key": key},
                         key=key)
-    if queue is not None and queue.concurrency is not None:
-        running = Job.objects.filter(queue=job.queue, status=JobStatus.RUNNING).count()
-        if running >= queue.concurrency:
-            return Standing(position, "queue_full",
-                            _("The queue runs %(n)d job(s) at a time; waiting for one to finish.")
-                            % {"n": queue.concurrency})
+    full = queue is not None and queue.concurrency is not None and Job.objects.filter(
+        queue=job.queue, status=JobStatus.RUNNING).count() >= queue.concurrency
     next_start = limits.resting_until(queue)
+    if (full or (next_start is not None and position == 1)) and _claimed_since(job):
+        # A worker took it after the caller read it: its own start fills the queue's
+        # slot and begins its rest, and must not read as what holds it back.
+        return Standing(None, "running", _("Running."))
+    if full:
+        return Standing(position, "queue_full",
+                        _("The queue runs %(n)d job(s) at a time; waiting for one to finish.")
+                        % {"n": queue.concurrency})
     if next_start is not None and position == 1:
         return Standing(position, "queue_gap",
                         _("The queue waits between jobs; next start at %(time)s.")
@@ -112,6 +116,10 @@ def standing(job, *, served_kinds=None):
     if position == 1:
         return Standing(position, "queued", _("Next in line."))
     return Standing(position, "queued", _("%(n)d job(s) ahead of it.") % {"n": position - 1})
+
+
+def _claimed_since(job):
+    return not Job.objects.filter(pk=job.pk, status=JobStatus.READY).exists()
 
 
 def queue_names():
