@@ -3,6 +3,7 @@ queued behind others ("N ahead of it"), generating, the text, and the error with
 asked again when the video's shots arrive while the page is open."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -162,11 +163,11 @@ def test_a_job_claimed_while_its_panel_is_answered_reads_as_started_not_held_by_
     state = selectors.insight_state(read)
     assert state.status == "running" and state.waiting_code == ""
 
-    # Or it has already run: the gap after the queue's last start is its own.
+    # Or it has already run: the rest after its start is its own.
     read = Insight.objects.select_related("job").get(pk=asked.pk)
     Job.objects.filter(pk=read.job_id).update(status=JobStatus.READY)
     read = Insight.objects.select_related("job").get(pk=asked.pk)
     finish(read, text="Written meanwhile.")
-    Queue.objects.filter(name=conf.QUEUE).update(last_started_at=timezone.now())
+    Queue.objects.filter(name=conf.QUEUE).update(rests_until=timezone.now() + timedelta(seconds=20))
     state = selectors.insight_state(read)
     assert state.status == "successful" and state.text == "Written meanwhile."
