@@ -132,7 +132,10 @@ class Monitor(threading.Thread):
         while not self.worker.exited.is_set():
             try:
                 if time.monotonic() >= next_reap:
-                    next_reap = time.monotonic() + conf.JOBS_HEARTBEAT_SECONDS
+                    # At least once per CV heartbeat: a reaper that hears Redis
+                    # less often than that doubts every missing heartbeat.
+                    next_reap = time.monotonic() + min(conf.JOBS_HEARTBEAT_SECONDS,
+                                                       self.transport.config.heartbeat_interval_s)
                     self.transport.reap_dead_workers()
                 self.tick()
             except (DatabaseError, redis.RedisError) as exc:

@@ -128,11 +128,22 @@ class CVConfig:
             raise ImproperlyConfigured(
                 f"CV_REDIS_PREFIX may hold only letters, digits and _ . : -, not {self.prefix!r}."
             )
-        if self.heartbeat_interval_s >= self.heartbeat_ttl_s:
+        if self.heartbeat_interval_s * 2 > self.heartbeat_ttl_s:
             raise ImproperlyConfigured(
-                "CV_HEARTBEAT_INTERVAL_S must be shorter than CV_HEARTBEAT_TTL_S, "
-                "or a live worker's heartbeat lapses between beats."
+                "CV_HEARTBEAT_INTERVAL_S must be at most half of CV_HEARTBEAT_TTL_S: a live "
+                "worker's heartbeat must outlast one late beat, and a reaper must hear from "
+                "Redis at least once between beats to tell a death from a stall."
             )
+
+    @property
+    def answer_gap_s(self):
+        """The longest silence of Redis a reaper may miss without doubting heartbeats.
+
+        A stall shorter than this cannot have expired a live worker's heartbeat
+        (it beats every interval, the key lives a TTL), so a reaper that heard
+        Redis answer at least this often saw every stall that could matter.
+        """
+        return self.heartbeat_ttl_s - self.heartbeat_interval_s
 
 
 # --- Messages ---------------------------------------------------------------
@@ -248,7 +259,8 @@ class Transport:
         self.config = config or CVConfig.from_settings()
         self.prefix = prefix or self.config.prefix
         self._turn = itertools.count()
-        self._trouble_at = None  # monotonic: when Redis last failed or stalled a call of ours
+        self._trouble_at = None  # monotonic: when Redis last failed, stalled or went unheard
+        self._answered_at = None  # monotonic: when a watched call of ours last got an answer
 
     # keys
     def queue_key(self, job_type):
@@ -375,16 +387,22 @@ class Transport:
         ]
 
     def watched(self, step, *args, **kwargs):
-        """Run one Redis step, noting when Redis failed it or kept it waiting a heartbeat interval."""
+        """Run one Redis step, noting trouble when Redis failed it, kept it waiting a
+        heartbeat interval, or answered it longer than `answer_gap_s` after the last
+        answer: a stall may have come and gone in that silence, unseen by this call
+        (seen only by calls that are not watched, or by none)."""
         began = time.monotonic()
         try:
-            return step(*args, **kwargs)
+            result = step(*args, **kwargs)
         except RedisError:
             self._trouble_at = time.monotonic()
             raise
-        finally:
-            if time.monotonic() - began >= self.config.heartbeat_interval_s:
-                self._trouble_at = time.monotonic()
+        now = time.monotonic()
+        unheard = self._answered_at is not None and now - self._answered_at > self.config.answer_gap_s
+        if unheard or now - began >= self.config.heartbeat_interval_s:
+            self._trouble_at = now
+        self._answered_at = now
+        return result
 
     def trusts_heartbeats(self):
         """Whether a missing heartbeat means a dead worker: not within a heartbeat TTL of trouble.
@@ -394,7 +412,8 @@ class Transport:
         lives; taking that at its word would hand their running jobs to
         others, to run a second time alongside. Live workers beat again within
         the TTL of Redis answering again, and this process saw the stall: its
-        own calls failed or waited.
+        own calls failed or waited, or went unanswered longer than a live
+        worker's heartbeat could survive (`watched`).
         """
         return self._trouble_at is None or (
             time.monotonic() - self._trouble_at >= self.config.heartbeat_ttl_s)

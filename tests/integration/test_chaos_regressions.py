@@ -94,9 +94,23 @@ def test_heartbeats_that_expired_during_a_stall_do_not_count_as_deaths(stalling_
     assert transport.reap_dead_workers() == 0  # live workers get a TTL to beat again
     assert transport.held_by("w1") == [raw]
 
-    time.sleep(config.heartbeat_ttl_s)  # w1 stayed silent a whole TTL: it is dead
+    # The reaper keeps looking at its own pace; w1 stays silent a whole TTL: it is dead.
+    assert reap_at_intervals(transport, config.heartbeat_ttl_s) == 0
     assert transport.reap_dead_workers() == 1
     assert transport.queue_lengths(["noop"]) == {"noop": 1}
+
+
+def reap_at_intervals(transport, seconds, between=None):
+    """Reap every heartbeat interval for `seconds` (calling `between` first each time), as
+    the engine's monitor and every CV worker do; returns how many messages were returned."""
+    returned = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if between is not None:
+            between()
+        returned += transport.reap_dead_workers()
+        time.sleep(transport.config.heartbeat_interval_s)
+    return returned
 
 
 @pytest.mark.dbless
@@ -107,11 +121,33 @@ def test_a_worker_that_beats_again_after_a_stall_keeps_its_jobs(stalling_redis):
     raw = held_by_a_silent_worker(worker, "w2", "8")
     stalling_redis.pause(1500)
     assert transport.reap_dead_workers() == 0
-    worker.beat("w2", {"types": ["noop"]})  # ... and it beats again once Redis answers
-    time.sleep(config.heartbeat_ttl_s)
-    worker.beat("w2", {"types": ["noop"]})
-    assert transport.reap_dead_workers() == 0
+    # ... and it beats again once Redis answers, as it does every interval.
+    assert reap_at_intervals(transport, 2 * config.heartbeat_ttl_s,
+                             between=lambda: worker.beat("w2", {"types": ["noop"]})) == 0
     assert transport.held_by("w2") == [raw]
+
+
+@pytest.mark.dbless
+def test_a_stall_between_two_calls_of_a_reaper_still_counts_as_a_stall(stalling_redis):
+    """A reaper whose calls all fell outside the stall heard nothing wrong, but it heard
+    nothing at all for longer than a live heartbeat survives: it must doubt the missing
+    ones. (A CV worker's heartbeat thread spent a stall in progress writes, which are not
+    watched, then beat at once: it returned a live worker's running jobs to the queue.)"""
+    config = CVConfig(prefix="p", heartbeat_ttl_s=1, heartbeat_interval_s=0.2)
+    transport = Transport(clients.build_client(stalling_redis.url), config=config)
+    worker = Transport(clients.build_client(stalling_redis.url), config=config)
+    raw = held_by_a_silent_worker(worker, "w4", "10")
+    assert transport.reap_dead_workers() == 0  # heard from Redis: w4 beat just now
+
+    stalling_redis.pause(1500)  # longer than the TTL; this reaper calls only once it is over
+    time.sleep(1.7)
+    assert worker.client.get(worker.worker_key("w4")) is None
+    assert transport.reap_dead_workers() == 0
+    assert transport.held_by("w4") == [raw]
+    # w4 lives: it beats again within an interval, and keeps its job from then on.
+    assert reap_at_intervals(transport, 2 * config.heartbeat_ttl_s,
+                             between=lambda: worker.beat("w4", {"types": ["noop"]})) == 0
+    assert transport.held_by("w4") == [raw]
 
 
 @pytest.mark.dbless
