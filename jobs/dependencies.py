@@ -108,9 +108,12 @@ def link(child, parent_ids_):
 
 def parents_ended(parent_ids_):
     """In the transaction of these parents' final transitions: decide their waiting children."""
-    children = list(Job.objects.filter(parent_links__parent__in=parent_ids_, status=JobStatus.READY,
+    linked = JobDependency.objects.filter(parent__in=parent_ids_).values("child")
+    # Locked in id order, after the parent's own row: of two parents ending at
+    # once, the second to lock a child sees the first's committed state.
+    children = list(Job.objects.filter(pk__in=linked, status=JobStatus.READY,
                                        blocked_key=limits.PARENTS)
-                    .order_by("pk").distinct().select_for_update())
+                    .order_by("pk").select_for_update())
     for child in children:
         _decide(child)
 
