@@ -11,6 +11,7 @@ holds), and the observed rate over the configured one.
 """
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -31,15 +32,16 @@ JOBS = 400  # more than a minute can start: the limit, not the queue, must bind
 QUEUE_SQL = """
 INSERT INTO jobs_job (public_id, kind, queue, payload, status, priority, position, rate_key,
     concurrency_keys, attempts, max_attempts, run_after, worker_ids, fingerprint, phase,
-    progress_message, error, error_code, errors, enqueued_at, updated_at, stop_requested)
+    progress_message, error, error_code, errors, enqueued_at, updated_at, stop_requested, snoozes)
 SELECT gen_random_uuid(), 'bench.rated', 'default', '{}', 'READY', 0, 0, 'bench.rated', '[]', 0,
-       1, now(), '[]', '', '', '', '', '', '[]', now(), now(), ''
+       1, now(), '[]', '', '', '', '', '', '[]', now(), now(), '', 0
 FROM generate_series(1, %s)
 """
 
 
 def run(seconds):
     with tempfile.TemporaryDirectory(prefix="haulage-bench-rates-") as scratch:
+        os.chmod(scratch, 0o755)  # the postgres user runs the server in it
         server = Server(Path(scratch))
         try:
             url = server.fresh()
