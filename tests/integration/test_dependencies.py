@@ -195,3 +195,14 @@ def test_parents_and_children_read_both_ways(tmp_path):
     child = step(tmp_path / "l", "child", depends_on=[parent])
     assert list(dependencies.children_of(parent)) == [fresh(child)]
     assert list(dependencies.parents_of(child)) == [fresh(parent)]
+
+
+def test_the_admin_job_page_shows_its_parents_and_children(tmp_path, admin_client):
+    parent = step(tmp_path / "l", "parent")
+    child = step(tmp_path / "l", "child", depends_on=[parent])
+    page = admin_client.get(f"/admin/jobs/job/{child.pk}/change/").content.decode()
+    assert 'id="workflow"' in page and f'href="/admin/jobs/job/{parent.pk}/change/"' in page
+    page = admin_client.get(f"/admin/jobs/job/{parent.pk}/change/").content.decode()
+    assert f'href="/admin/jobs/job/{child.pk}/change/"' in page
+    assert "Waiting for 1 earlier job to finish." in admin_client.get(
+        f"/admin/jobs/job/{child.pk}/change/").content.decode()

@@ -160,3 +160,21 @@ def test_rates_parse(text, parsed):
 def test_a_bad_rate_is_refused_with_a_sentence(text, says):
     with pytest.raises(ValueError, match=says):
         limits.parse_rate(text)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_staff_edit_a_rate_live_in_the_admin(admin_client):
+    services.set_rate("edited", 1, 3600.0)
+    services.enqueue(KIND, {"rate_key": "edited"})
+    waiting = services.enqueue(KIND, {"rate_key": "edited"})
+    claim(worker_row("w"))
+    response = admin_client.post("/admin/jobs/ratelimit/edited/change/",
+                                 {"limit": 5, "period_seconds": 60})
+    assert response.status_code == 302, response.content
+    row = RateLimit.objects.get(key="edited")
+    assert (row.limit, row.period_seconds) == (5, 60.0)
+    waiting.refresh_from_db()
+    assert waiting.blocked_key is None  # the new room was taken at once
+    bad = admin_client.post("/admin/jobs/ratelimit/edited/change/",
+                            {"limit": 0, "period_seconds": -1})
+    assert bad.status_code == 200 and RateLimit.objects.get(key="edited").limit == 5
