@@ -231,8 +231,17 @@ def lock_rates(keys):
         f"ORDER BY key{lock}",
         keys,
     )
-    return [(key, limit, period, json.loads(starts) if isinstance(starts, str) else starts)
-            for key, limit, period, starts in rows]
+    return [(key, limit, period, _json_list(starts)) for key, limit, period, starts in rows]
+
+
+def _json_list(value):
+    """A JSON list column as Python (SQLite hands over text); [] for anything else (a hand edit)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return value if isinstance(value, list) else []
 
 
 def clock_epoch():

@@ -157,9 +157,9 @@ class Worker:
         if time.monotonic() >= self.rates_due:
             try:
                 self.open_rates()
-            except DatabaseError:
+            except Exception:  # noqa: BLE001 - a worker never dies of data: the reaper tries again
+                log.exception("unparking jobs whose rate window opened failed")
                 self.reset_connection()
-                return None
         free = self.free_slots()
         if self.quiet or free <= 0:
             return []

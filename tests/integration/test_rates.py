@@ -178,3 +178,14 @@ def test_staff_edit_a_rate_live_in_the_admin(admin_client):
     bad = admin_client.post("/admin/jobs/ratelimit/edited/change/",
                             {"limit": 0, "period_seconds": -1})
     assert bad.status_code == 200 and RateLimit.objects.get(key="edited").limit == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rate_row_edited_into_nonsense_is_read_as_the_nearest_sane_one():
+    services.set_rate("odd", 1, 3600.0)
+    RateLimit.objects.filter(key="odd").update(starts={"not": "a list"}, limit=0,
+                                               period_seconds=-5)
+    jobs = [services.enqueue(KIND, {"rate_key": "odd"}) for _ in range(3)]
+    taken = claim(worker_row("w"))
+    assert [job.pk for job in taken] == [jobs[0].pk]  # a limit of 0 reads as 1; nobody fails
+    limits.unpark_due_rates()  # the safety net reads it too
