@@ -7,3 +7,9 @@ from jobs.registry import kind
       default_limits={"user": 1000, "hol": 1})
 def noop(ctx, payload):
     return None
+
+
+# bench/rates.py: starts across two workers against a rate of 20 per 10 s.
+@kind("bench.rated", max_attempts=1, rate_limit="20/10s")
+def rated(ctx, payload):
+    return None

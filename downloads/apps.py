@@ -14,3 +14,4 @@ class DownloadsConfig(AppConfig):
         # How a full concurrency key of ours reads where a download waits.
         selectors.describe_key("user", _("Your other downloads are running."))
         selectors.describe_key("asset", _("The same video is downloading for someone else."))
+        selectors.describe_key("site", _("Other downloads from the same site are running."))

@@ -73,6 +73,29 @@ def max_file_bytes():
                     lambda name, default: env.get_number(name, default, kind=int, minimum=0))
 
 
+# --- Per site (the registrable domain of a download's URL; downloads/sites.py) ---
+
+def site_rate():
+    """DOWNLOADS_SITE_RATE: fetches one site may start across the deployment, as starts per
+    period ("6/m", "3/10s", "100/h"). The default of a site's rate limit; staff change one
+    site's live in the admin (Rate limits, key site:<domain>)."""
+    from jobs.limits import parse_rate
+
+    value = str(_setting("DOWNLOADS_SITE_RATE", "6/m", env.get_str)).strip()
+    try:
+        parse_rate(value)
+    except ValueError as exc:
+        raise env.SettingsError(f"DOWNLOADS_SITE_RATE: {exc}") from None
+    return value
+
+
+def site_concurrency():
+    """DOWNLOADS_SITE_CONCURRENCY: fetches of one site running at once across the deployment.
+    Read when the kinds are registered (process start)."""
+    return _setting("DOWNLOADS_SITE_CONCURRENCY", 3,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+
+
 # --- The download and edit jobs -----------------------------------------------
 
 def stall_timeout_s():

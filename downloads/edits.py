@@ -118,7 +118,7 @@ def make(ctx, download, asset, parent, token):
                                                   "container": result["container"]}):
                 raise Retry(_("This attempt lost the edit to another one."), code="asset_busy")
             services.download_succeeded(download.pk)
-            shots.asset_segment_if_wanted(asset.pk, owner=download.owner)
+            shots.asset_segment_if_wanted(asset.pk, owner=download.owner, after=ctx.job)
     except QuotaExceeded:
         storage.discard_files(asset.pk)
         raise

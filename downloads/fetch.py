@@ -139,7 +139,7 @@ def transfer(ctx, download, asset, token):
                                         metadata=result.info):
                 raise Retry(_("This attempt lost the file to another one."), code="asset_busy")
             services.download_succeeded(download.pk)
-            shots.asset_segment_if_wanted(asset.pk, owner=owner)
+            shots.asset_segment_if_wanted(asset.pk, owner=owner, after=ctx.job)
     except QuotaExceeded:
         storage.discard_files(asset.pk)  # still ours: the asset is held until released
         raise

@@ -9,7 +9,9 @@ downloads.housekeep storage housekeeping (downloads/housekeeping.py), inline, on
 Both carry the owner's concurrency key (the quota's concurrent downloads)
 and the asset's (limit 1 while it is being made, raised once it is ready, so
 exactly one attempt fetches a file and everyone else waits for it without
-spinning). Stall timeouts and the rest are read from settings when this
+spinning). A fetch also carries its site's (downloads/sites.py): a
+concurrency key and a rate key "site:<domain>", so a long playlist starts at
+DOWNLOADS_SITE_RATE and runs DOWNLOADS_SITE_CONCURRENCY at a time. Stall timeouts and the rest are read from settings when this
 module is imported, i.e. when a worker starts.
 """
 
@@ -20,7 +22,13 @@ from jobs.registry import kind
 
 
 def _keys(payload, owner):
-    return [f"user:{owner.pk}", f"asset:{payload['asset']}"]
+    site = _site_key(payload, owner)
+    return [f"user:{owner.pk}", f"asset:{payload['asset']}", *([site] if site else [])]
+
+
+def _site_key(payload, owner):
+    # Only a fetch reaches the site; an edit works on a file already here.
+    return f"site:{payload['site']}" if payload.get("site") else None
 
 
 def _unique(payload, owner):
@@ -41,7 +49,10 @@ POLICY = {
     "max_attempts": 3,
     "unique_key": _unique,
     "concurrency_keys": _keys,
-    "default_limits": {"user": conf.default_concurrent(), "asset": 1},
+    "default_limits": {"user": conf.default_concurrent(), "asset": 1,
+                       "site": conf.site_concurrency()},
+    "rate_limit": conf.site_rate,  # read at each enqueue: a key's row takes it once
+    "rate_key": _site_key,
     "options": _options(),
     # The download keeps its job's final state, so pruning the job loses nothing.
     "finished": services.download_record_outcome,

@@ -36,6 +36,7 @@ from downloads.models import (
     MediaAsset,
     url_digest,
 )
+from downloads.sites import site_of
 from jobs import services as jobs
 from jobs.exceptions import IllegalTransition
 from jobs.models import Job, JobStatus
@@ -128,8 +129,11 @@ def _finish_from_cache(download):
 
 def _enqueue(download, kind):
     quota = selectors.quota_for(download.owner)
+    payload = {"download": str(download.pk), "asset": download.asset_id}
+    if kind == FETCH_KIND:
+        payload["site"] = site_of(download.asset.url)
     job = jobs.enqueue(
-        kind, {"download": str(download.pk), "asset": download.asset_id},
+        kind, payload,
         owner=download.owner,
         # Only for a key without a limit row yet; staff's quota edits call set_limit.
         limits={quota.concurrency_key: quota.concurrency_limit},

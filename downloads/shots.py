@@ -49,12 +49,14 @@ def _check_transport(kind):
     check_transport(kind)
 
 
-def asset_segment(asset, *, owner=None, check_transport=True):
+def asset_segment(asset, *, owner=None, check_transport=True, after=None):
     """Queue (again) the split of a ready video into shots; returns the job.
 
     A request (`check_transport`) is refused with TransportUnavailable while
     the CV queue's Redis does not answer; the engine's own follow-ups skip the
-    check, and their job waits for Redis instead.
+    check, and their job waits for Redis instead. `after`: the job that made
+    the file, which this one waits for (and runs after however it ends: the
+    file is there).
     """
     if check_transport:
         _check_transport(SEGMENT_KIND)  # before any lock: it is a network round trip
@@ -65,7 +67,9 @@ def asset_segment(asset, *, owner=None, check_transport=True):
         ready = _lock_ready(asset)
         if ready is None or not ready.is_video:
             raise IllegalTransition(_("Only a finished video can be split into shots."))
-        job = jobs.enqueue(SEGMENT_KIND, {"asset": ready.pk, "file": ready.file}, owner=owner)
+        job = jobs.enqueue(SEGMENT_KIND, {"asset": ready.pk, "file": ready.file}, owner=owner,
+                           depends_on=[after] if after is not None else None,
+                           on_dependency_failure="run")
         MediaAsset.objects.filter(pk=ready.pk).update(segment_job=job)
     return job
 
@@ -75,11 +79,12 @@ def _lock_ready(asset):
         pk=asset.pk, state=MediaAsset.State.READY).first()
 
 
-def asset_segment_if_wanted(asset_id, *, owner=None):
-    """After a video became ready: split it into shots unless a setting turned that off."""
+def asset_segment_if_wanted(asset_id, *, owner=None, after=None):
+    """In the transaction that made a video ready (by job `after`): queue its split into shots,
+    to start once that job has ended, unless a setting turned that off."""
     asset = MediaAsset.objects.get(pk=asset_id)
     if conf.segment_automatically() and asset.is_video and asset.segment_job_id is None:
-        asset_segment(asset, owner=owner, check_transport=False)
+        asset_segment(asset, owner=owner, check_transport=False, after=after)
 
 
 def shot_analyze(shot, *, owner=None, check_transport=True):

@@ -4,6 +4,9 @@ insights.video_summary     a summary of one video the user holds
 insights.shot_notes        notes on one shot of it
 insights.library_overview  an overview of the user's whole library
 insights.backfill          ask for every active user's overview (the daily schedule)
+insights.prefetch          after a CV job succeeded, ask for what its new data feeds: a
+                           follow-up of those kinds, decided in the transaction of their
+                           success, so a worker dying right after it loses nothing
 
 All three share the `insights` queue, whose global limit and gap (the Queue
 row, seeded from INSIGHTS_CONCURRENCY and INSIGHTS_GAP_SECONDS) keep the
@@ -47,6 +50,13 @@ def generate(ctx, payload):
 
 for _kind in InsightKind:
     kind(services.job_kind(_kind), label=_kind.label, **POLICY)(generate)
+
+
+# Not on the insights queue: it only asks for insights, the generations queue there.
+@kind("insights.prefetch", label=_("Insight prefetch"), follows=tuple(sorted(services.PREFETCH_AFTER)),
+      max_attempts=3)
+def prefetch(ctx, payload):
+    return services.prefetch_after(payload.get("after"), payload.get("of"), ctx.job.owner)
 
 
 # Not on the insights queue: it only asks for overviews, the generations queue there.

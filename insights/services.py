@@ -31,6 +31,7 @@ SINGLE_SUBJECT = {InsightKind.LIBRARY_OVERVIEW}
 
 # Jobs after whose success new data exists to write about (the CV app's
 # kinds); their payload names the "asset" and, for one clip, the "shot".
+# Each new one gets an `insights.prefetch` job as its follow-up (handlers.py).
 PREFETCH_AFTER = {"downloads.segment", "downloads.analyze"}
 
 
@@ -132,23 +133,22 @@ def insights_drop_vanished(owner):
     return dropped
 
 
-def prefetch_after_job(job):
-    """After a CV job succeeded, prefetch the insights its new data feeds (a job_finished receiver)."""
-    if job.kind not in PREFETCH_AFTER or job.status != JobStatus.SUCCESSFUL or not conf.prefetch():
-        return
-    payload = job.payload or {}
+def prefetch_after(parent_kind, parent_payload, owner):
+    """Prefetch the insights that the new data of a CV job that succeeded feeds (the
+    `insights.prefetch` follow-up's work: the engine ran it because its parent succeeded)."""
+    if parent_kind not in PREFETCH_AFTER or not conf.prefetch():
+        return {"skipped": "off" if parent_kind in PREFETCH_AFTER else "not_cv"}
+    payload = parent_payload if isinstance(parent_payload, dict) else {}
     asset_id, shot_id = payload.get("asset"), payload.get("shot")
-    try:
-        if job.owner_id:
-            owners = [job.owner]
-        elif asset_id is not None:
-            owners = _owners_of(asset_id)  # a shared asset's CV job serves everyone holding it
-        else:
-            return
-        for owner in owners:
-            insights_prefetch(owner, asset_id=asset_id, shot_id=shot_id)
-    except Exception:  # noqa: BLE001 - a signal receiver must not fail the job's completion
-        log.exception("prefetching insights after job %s failed", job.pk)
+    if owner is not None:
+        owners = [owner]
+    elif asset_id is not None:
+        owners = _owners_of(asset_id)  # a shared asset's CV job serves everyone holding it
+    else:
+        return {"skipped": "no_owner"}
+    for each in owners:
+        insights_prefetch(each, asset_id=asset_id, shot_id=shot_id)
+    return {"owners": len(owners)}
 
 
 def _owners_of(asset_id):

@@ -32,7 +32,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from jobs import admin_views, order, registry, scheduler, selectors, services
+from jobs import admin_views, dependencies, limits, order, registry, scheduler, selectors, services
 from jobs.exceptions import IllegalTransition, InvalidPriority
 from jobs.models import (
     CLAIM_ORDER,
@@ -43,6 +43,7 @@ from jobs.models import (
     JobStatus,
     Outcome,
     Queue,
+    RateLimit,
     Worker,
 )
 
@@ -279,7 +280,8 @@ class JobAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["public_id", "kind", "queue", "status_badge", "standing_display", "priority",
                            "position", "owner_link", "linked_display", "unique_key", "fingerprint",
-                           "concurrency_keys", "blocked_key", "stop_requested"]}),
+                           "concurrency_keys", "rate_key", "blocked_key", "stop_requested",
+                           "on_dependency_failure"]}),
         (_("Attempts"), {"fields": ["attempts_display", "snoozes", "run_after", "worker_link",
                                     "worker_ids", "lease_expires_at"]}),
         (_("Progress"), {"fields": ["progress_bar", "progress_at"]}),
@@ -433,6 +435,8 @@ class JobAdmin(admin.ModelAdmin):
                 "job": job,
                 "job_actions": self.allowed_actions(request, job),
                 "timeline": admin_views.timeline(job),
+                "workflow": [(gettext("parent"), parent) for parent in dependencies.parents_of(job)[:100]]
+                + [(gettext("child"), child) for child in dependencies.children_of(job)[:100]],
                 "attempt_errors": list(reversed(job.errors or [])),
                 "priority_tiers": PRIORITY_TIERS,
                 "up_next_url": f"{reverse('admin:jobs_job_up_next')}?{urlencode({'queue': job.queue})}",
@@ -640,6 +644,31 @@ class ConcurrencyLimitAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         services.set_limit(obj.key, obj.limit)
+
+
+class RateLimitForm(forms.ModelForm):
+    class Meta:
+        model = RateLimit
+        fields = ["key", "limit", "period_seconds"]  # bounded by the model
+
+
+@admin.register(RateLimit)
+class RateLimitAdmin(admin.ModelAdmin):
+    """At most N starts per period for the jobs sharing a rate key; a change applies at once."""
+
+    form = RateLimitForm
+    list_display = ["key", "limit", "period_seconds", "opens_at"]
+    search_fields = ["key"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # jobs waiting for the key's window would wait for the safety net
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["key", "opens_at"] if obj is not None else ["opens_at"]
+
+    def save_model(self, request, obj, form, change):
+        # Through the service: jobs waiting for the window take any new room at once.
+        limits.set_rate(obj.key, obj.limit, obj.period_seconds)
 
 
 if scheduler.available():

@@ -15,15 +15,19 @@ one's. Arguments that cannot be stored as JSON raise TypeError at enqueue
 (`jobs.exceptions.InvalidTaskArguments`), and nothing is written.
 
 Haulage's extras go through `@task(...)`: `max_attempts`, `unique` (one live
-job per function and arguments), `timeout` (seconds) and `concurrency_limit`
-(running at once across the deployment); per call, `task.with_job_options(
-unique_key=..., fingerprint=..., concurrency_key=..., owner=...)`.
+job per function and arguments), `timeout` (seconds), `concurrency_limit`
+(running at once across the deployment) and `rate_limit` ("10/m": starts per
+period across the deployment, keyed by the function unless a call names its
+key); per call, `task.with_job_options(unique_key=..., fingerprint=...,
+concurrency_key=..., owner=..., rate_key=..., depends_on=[results or ids],
+on_dependency_failure="cancel" | "run", replace=("payload", "run_after"))`.
 """
 
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from dataclasses import replace as replace_fields
 
 from django.tasks import TaskContext, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
@@ -33,7 +37,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from jobs import payloads, registry, services, signals
+from jobs import limits, payloads, registry, services, signals
 from jobs.exceptions import InvalidPayload, InvalidTaskArguments
 from jobs.models import Job, JobStatus
 
@@ -55,14 +59,25 @@ class HaulageTask(Task):
     unique: bool = False
     timeout: float | None = None  # seconds; past it the attempt fails as "timeout"
     concurrency_limit: int | None = None
+    rate_limit: str | None = None  # "10/m", "3/10s", "100/h"
     # Per-call options as (name, value) pairs, set by with_job_options().
     job_options: tuple = ()
 
-    def with_job_options(self, *, unique_key=None, fingerprint=None, concurrency_key=None, owner=None):
-        """A copy of this task whose next enqueue carries these job options."""
+    def with_job_options(self, *, unique_key=None, fingerprint=None, concurrency_key=None, owner=None,
+                         rate_key=None, depends_on=None, on_dependency_failure=None, replace=None):
+        """A copy of this task whose next enqueue carries these job options.
+
+        `depends_on`: TaskResults (or their ids) that must all succeed before it
+        runs; `replace`: with a unique key, a READY job holding it takes this
+        call's arguments ("payload") and run_after.
+        """
         options = {"unique_key": unique_key, "fingerprint": fingerprint,
-                   "concurrency_key": concurrency_key, "owner": owner}
-        return replace(self, job_options=tuple((k, v) for k, v in options.items() if v is not None))
+                   "concurrency_key": concurrency_key, "owner": owner, "rate_key": rate_key,
+                   "depends_on": tuple(depends_on) if depends_on is not None else None,
+                   "on_dependency_failure": on_dependency_failure,
+                   "replace": tuple(replace) if replace is not None else None}
+        return replace_fields(
+            self, job_options=tuple((k, v) for k, v in options.items() if v is not None))
 
 
 class HaulageBackend(BaseTaskBackend):
@@ -85,6 +100,11 @@ class HaulageBackend(BaseTaskBackend):
             not isinstance(task.concurrency_limit, int) or task.concurrency_limit < 1
         ):
             raise InvalidTask("concurrency_limit must be a whole number of at least 1.")
+        if task.rate_limit is not None:
+            try:
+                limits.parse_rate(task.rate_limit)
+            except ValueError as exc:
+                raise InvalidTask(f"rate_limit: {exc}") from None
 
     def enqueue(self, task, args, kwargs):
         self.validate_task(task)
@@ -97,12 +117,16 @@ class HaulageBackend(BaseTaskBackend):
         if unique_key is None and getattr(task, "unique", False):
             digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:32]
             unique_key = f"task:{task.module_path}:{digest}"
-        keys, limits = [], {}
+        keys, key_limits = [], {}
         if getattr(task, "concurrency_limit", None):
             keys.append(f"task:{task.module_path}")
-            limits[keys[-1]] = task.concurrency_limit
+            key_limits[keys[-1]] = task.concurrency_limit
         if options.get("concurrency_key"):
             keys.append(options["concurrency_key"])
+        rate_limit = getattr(task, "rate_limit", None)
+        rate_key = options.get("rate_key") or (f"task:{task.module_path}" if rate_limit else None)
+        extra = {name: options[name] for name in ("depends_on", "on_dependency_failure", "replace")
+                 if name in options}
         job = services.enqueue(
             KIND,
             payload,
@@ -113,8 +137,11 @@ class HaulageBackend(BaseTaskBackend):
             unique_key=unique_key,
             fingerprint=options.get("fingerprint"),
             concurrency_keys=keys,
-            limits=limits,
+            limits=key_limits,
+            rate_key=rate_key or "",
+            rate_limit=rate_limit,
             max_attempts=getattr(task, "max_attempts", None),
+            **extra,
         )
         result = to_task_result(job, task=task, backend=self.alias)
         task_enqueued.send(type(self), task_result=result)

@@ -12,6 +12,7 @@ log = logging.getLogger(__name__)
 
 LIMIT_MAX = 10_000  # jobs running at once, for a queue or a concurrency key
 GAP_SECONDS_MAX = 7 * 86400.0  # the longest rest of a queue after each of its jobs
+RATE_PERIOD_MAX_S = 7 * 86400.0  # the longest window of a rate limit
 
 
 def sane(value, *, low, high, what, default=None):

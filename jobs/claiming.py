@@ -7,9 +7,10 @@ One short transaction for every queue a worker serves:
 2. pick candidates in claim order (jobs/order.py) from the partial index,
    skipping rows other claimers hold (`FOR UPDATE SKIP LOCKED`);
 3. lock the limit rows of the candidates' concurrency keys and count the
-   RUNNING jobs that carry them;
-4. take the candidates that fit every key; park the ones behind a full key
-   (they leave the claim index until a slot frees);
+   RUNNING jobs that carry them; lock the rate rows of their rate keys;
+4. take the candidates that fit every key and whose rate window has room;
+   park the ones behind a full key (they leave the claim index until a slot
+   frees) or a full window (until it opens);
 5. mark the taken ones RUNNING with a fresh lease, by id.
 
 Step 5 updates a list of ids computed in step 2-4, never "the first N rows of
@@ -25,6 +26,7 @@ silently ignores there) is not needed.
 import uuid
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -36,36 +38,50 @@ OVERFETCH = 8
 ROUNDS = 3
 
 
-def claim(worker, *, queues, kinds, limit):
+class Claimed(list):
+    """The jobs a claim took; `rate_opens_in_s`: seconds until the earliest rate window this
+    claim parked jobs behind opens (None when it parked none), so its worker knows when to look."""
+
+    rate_opens_in_s = None
+
+
+def claim(worker, *, queues, kinds, limit, slots=None):
     """Claim up to `limit` jobs of `kinds` from `queues` (in that order) for `worker`.
 
-    One transaction for all queues: on PostgreSQL the first candidates of
-    every queue come from one statement, so an idle worker serving four
-    queues pays four round trips for a claim, not a dozen.
+    `slots` ({queue: free slots}) caps each queue of a worker that gives its
+    queues slots of their own; without it they share `limit`. One transaction
+    for all queues: on PostgreSQL the first candidates of every queue come
+    from one statement, so an idle worker serving four queues pays four
+    round trips for a claim, not a dozen.
     """
+    chosen = Claimed()
     with transaction.atomic():
         plan = {}
         for queue in queues:
+            cap = limit if slots is None else min(limit, slots.get(queue, 0))
+            if cap <= 0:
+                continue
             row = limits.queue_settings(queue)
             if row is not None and row.paused:
                 continue
-            want = limits.queue_allowance(queue, limit) if limits.is_limited(row) else limit
+            want = limits.queue_allowance(queue, cap) if limits.is_limited(row) else cap
             if want > 0:
                 plan[queue] = want
         if not plan:
-            return []
-        first = _first_candidates(list(plan), kinds, limit + OVERFETCH)
-        chosen, started = [], []
+            return chosen
+        first = _first_candidates(list(plan), kinds, max(plan.values()) + OVERFETCH)
+        started = []
         for queue, want in plan.items():
             room = min(want, limit - len(chosen))
             if room <= 0:
                 break
-            taken = _choose(queue, kinds=kinds, want=room, first=first.get(queue, []))
+            taken = _choose(queue, kinds=kinds, want=room, first=first.get(queue, []),
+                            claimed=chosen)
             chosen.extend(taken)
             if taken:
                 started.append(queue)
         if not chosen:
-            return []
+            return chosen
         token = uuid.uuid4()
         queries.mark_running([job.pk for job in chosen], worker=worker, token=token,
                              lease_s=conf.JOBS_LEASE_SECONDS)
@@ -85,7 +101,7 @@ def claim(worker, *, queues, kinds, limit):
     return chosen
 
 
-def _choose(queue, *, kinds, want, first=None):
+def _choose(queue, *, kinds, want, claimed, first=None):
     chosen, seen = [], []
     for round_ in range(ROUNDS):
         batch = want - len(chosen)
@@ -96,7 +112,10 @@ def _choose(queue, *, kinds, want, first=None):
         if not candidates:
             break
         seen.extend(job.pk for job in candidates)
-        chosen.extend(limits.fit(candidates, queue=queue, room=batch))
+        taken, opens_in_s = limits.fit(candidates, queue=queue, room=batch)
+        chosen.extend(taken)
+        if opens_in_s is not None:
+            claimed.rate_opens_in_s = min(opens_in_s, claimed.rate_opens_in_s or opens_in_s)
         if len(chosen) >= want or len(candidates) < batch + OVERFETCH:
             break
     return chosen
@@ -149,14 +168,18 @@ def candidates_query(queue, kinds):
 def claimable_exists(*, queues, kinds):
     """Whether any job is claimable now (for `--burst`); ignores keys and global limits.
 
+    A job waiting for its rate window counts: it is claimable within a period.
+
     On PostgreSQL it skips the rows other transactions hold locked, as the
     claim does: a READY row held by a transaction left open (a claim in
     flight, a staff edit) is one this worker cannot take, and waiting for it
     would keep `--burst` from ever exiting. The lock it takes itself lasts
     this short transaction, as long as a claim's.
     """
-    ready = Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=True, queue__in=queues,
-                               kind__in=kinds, run_after__lte=Now())
+    ready = Job.objects.filter(Q(blocked_key__isnull=True)
+                               | Q(blocked_key__startswith=limits.RATE_PREFIX),
+                               status=JobStatus.READY, queue__in=queues, kind__in=kinds,
+                               run_after__lte=Now())
     if not queries.is_postgres():
         # No row locks to skip, and a transaction would be IMMEDIATE: the write lock for a read.
         return ready.exists()

@@ -16,23 +16,43 @@ claim index, so one user's backlog is never scanned past by the claim. Each
 job that leaves RUNNING unparks as many of its keys' waiting jobs as there
 are free slots, in the same transaction (`left_running`).
 
+A *rate key* ("site:example.com", a kind's name) admits at most N starts
+within any period (`RateLimit` rows; `Rates.full()` decides). The window is
+a sliding log of the recent starts, by the database's clock, kept in the
+key's row and locked in the claim like a concurrency limit: exact under any
+number of claimers, where a fixed window or a token bucket lets up to twice
+N start across a boundary. A job whose window is full is parked as
+"@rate:<key>"; the row's `opens_at` says when its window next has room, and
+the worker that parked it (or any reaper) unparks that many then
+(`unpark_due_rates`), so nothing polls.
+
 Queues have limits of their own, staff-editable (`Queue` rows): a global
 concurrency, and a *gap*: the queue rests that long after each start and
 after each end of one of its jobs before it starts another.
 """
 
+import re
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
-from jobs import bounds, conf, queries, registry
-from jobs.models import ConcurrencyLimit, Job, JobStatus, Queue
+from jobs import bounds, conf, queries, registry, wakeup
+from jobs.models import ConcurrencyLimit, Job, JobStatus, Queue, RateLimit
 
 UNPARK_BATCH = 1000  # parked jobs freed or set aside per key and statement
+# blocked_key of jobs parked for something other than a concurrency key:
+# those lines are never unparked by a freed slot.
+RATE_PREFIX = "@rate:"
+PARENTS = "@parents"  # jobs/dependencies.py
+
+
+def is_concurrency_key(blocked_key):
+    return not blocked_key.startswith("@")
 
 
 class Slots:
@@ -69,19 +89,108 @@ class Slots:
             self.running[key] = self.running.get(key, 0) + 1
 
 
-def ensure(jobs):
-    """Give every concurrency key of `jobs` a limit row (the kind's default) so claims can lock it.
+class Rates:
+    """The sliding windows of some rate keys, as one decision sees them.
 
-    `job.initial_limits` ({key: n}) overrides the kind's default for a key without a row.
+    With `lock`, the keys' rows stay locked until the caller's transaction
+    ends, and `save()` writes back the starts taken and when parked jobs may
+    go; without, it is a reading for a page. A key without a row has no limit.
     """
-    rows = {}
+
+    def __init__(self, keys, *, lock=True):
+        keys = sorted({key for key in keys if key})
+        rows = queries.lock_rates(keys) if lock else list(
+            RateLimit.objects.filter(key__in=keys).values_list("key", "limit", "period_seconds",
+                                                               "starts"))
+        # Read after the lock is granted: a claimer that waited for it must
+        # not date its starts before the ones it waited for.
+        self.now = queries.clock_epoch() if rows else 0.0
+        self.rows, self.window, self.parked, self.changed = {}, {}, set(), set()
+        for key, limit, period, starts in rows:
+            limit = bounds.sane(limit, low=1, high=bounds.LIMIT_MAX, default=1,
+                                what=f"the rate limit of key {key!r}")
+            period = bounds.sane(period, low=0.001, high=bounds.RATE_PERIOD_MAX_S, default=60.0,
+                                 what=f"the rate period of key {key!r}")
+            self.rows[key] = (limit, period)
+            starts = starts if isinstance(starts, list) else []
+            self.window[key] = sorted(t for t in starts if isinstance(t, int | float)
+                                      and not isinstance(t, bool) and t > self.now - period)
+
+    def full(self, key):
+        """Whether a job with rate key `key` must wait for its window now."""
+        return key in self.rows and len(self.window[key]) >= self.rows[key][0]
+
+    def opens_at(self, key):
+        """When `key`'s window next has room (epoch seconds), for a full key."""
+        limit, period = self.rows[key]
+        window = self.window[key]
+        return window[len(window) - limit] + period
+
+    def take(self, key):
+        """Count a job with rate key `key` as started now."""
+        if key in self.rows:
+            self.window[key].append(self.now)
+            self.changed.add(key)
+
+    def hold(self, key):
+        """Jobs of `key` wait for its window: note when it opens."""
+        self.parked.add(key)
+        self.changed.add(key)
+
+    def save(self):
+        for key in sorted(self.changed):
+            fields = {"starts": self.window[key]}
+            if key in self.parked:
+                fields["opens_at"] = _moment(self.opens_at(key))
+            RateLimit.objects.filter(key=key).update(**fields)
+
+
+def _moment(epoch_s):
+    return datetime.fromtimestamp(epoch_s, tz=UTC)
+
+
+RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*(?:\.\d+)?)\s*([smh])\s*")
+UNIT_S = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_rate(text):
+    """"10/m", "3/10s", "100/h" → (starts, period in seconds); ValueError with a sentence if not."""
+    match = RATE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(_("A rate is a number of starts per period, like “10/m”, “3/10s” or "
+                           "“100/h” (s, m or h), not %(text)r.") % {"text": text})
+    count, size, unit = int(match[1]), float(match[2] or 1), match[3]
+    period = size * UNIT_S[unit]
+    if not 1 <= count <= bounds.LIMIT_MAX:
+        raise ValueError(_("A rate allows from 1 to %(max)d starts per period, not %(n)d.")
+                         % {"max": bounds.LIMIT_MAX, "n": count})
+    if not 0.001 <= period <= bounds.RATE_PERIOD_MAX_S:
+        raise ValueError(_("A rate's period is from a millisecond to %(days)d days, not %(text)r.")
+                         % {"days": bounds.RATE_PERIOD_MAX_S // 86400, "text": text})
+    return count, period
+
+
+def ensure(jobs):
+    """Give every concurrency key of `jobs` a limit row (the kind's default) so claims can lock it,
+    and every rate key with a known rate its rate row.
+
+    `job.initial_limits` ({key: n}) overrides the kind's default for a key without a row;
+    `job.initial_rates` ({key: "10/m"}) gives a rate key without a row its rate.
+    """
+    rows, rates = {}, {}
     for job in jobs:
         policy = registry.get(job.kind).policy
         for key in job.concurrency_keys:
             limit = job.initial_limits.get(key) or policy.limit_for(key)
             rows.setdefault(key, ConcurrencyLimit(key=key, limit=limit))
+        rate = job.initial_rates.get(job.rate_key) if job.rate_key else None
+        if rate and job.rate_key not in rates:
+            limit, period = parse_rate(rate)
+            rates[job.rate_key] = RateLimit(key=job.rate_key, limit=limit, period_seconds=period)
     if rows:
         ConcurrencyLimit.objects.bulk_create(rows.values(), ignore_conflicts=True)
+    if rates:
+        RateLimit.objects.bulk_create(rates.values(), ignore_conflicts=True)
 
 
 def park_at_enqueue(jobs):
@@ -93,17 +202,24 @@ def park_at_enqueue(jobs):
     freed meanwhile cannot miss a job parked here.
     """
     keys = {key for job in jobs for key in job.concurrency_keys}
-    if not keys:
+    lines = keys | {RATE_PREFIX + job.rate_key for job in jobs if job.rate_key}
+    if not lines:
         return
     slots = Slots(keys)
+    # A rate key's row is locked, as unpark_due_rates does, so a line being
+    # emptied meanwhile cannot strand a job parked behind it here.
+    Rates([job.rate_key for job in jobs])
     # Keys with a line: a new job waits behind it, so the line keeps its order.
+    # (A full rate window with no line yet is the claim's to find.)
     in_line = set(
-        Job.objects.filter(status=JobStatus.READY, blocked_key__in=list(keys))
+        Job.objects.filter(status=JobStatus.READY, blocked_key__in=list(lines))
         .values_list("blocked_key", flat=True).order_by().distinct()
-    ) if len(keys) <= 50 else set()
+    ) if len(lines) <= 50 else set()
     for job in jobs:
         full = next((k for k in job.concurrency_keys if k in in_line), None) \
             or slots.full(job.concurrency_keys)
+        if full is None and job.rate_key and RATE_PREFIX + job.rate_key in in_line:
+            full = RATE_PREFIX + job.rate_key
         if full is not None:
             job.blocked_key = full
             in_line.add(full)
@@ -124,7 +240,9 @@ def fit(candidates, *, queue, room):
         services.fail_unreadable(unreadable, code="invalid_keys")
         candidates = [job for job in candidates if job not in unreadable]
     slots = Slots({key for job in candidates for key in job.concurrency_keys})
-    taken, parked = [], {}
+    # Locked after the concurrency rows, as everywhere, so two lockers never deadlock.
+    rates = Rates([job.rate_key for job in candidates])
+    taken, parked, rate_held = [], {}, {}
     for job in candidates:
         if len(taken) >= room:
             break
@@ -132,11 +250,20 @@ def fit(candidates, *, queue, room):
         if full is not None:
             parked.setdefault(full, []).append(job.pk)
             continue
+        if rates.full(job.rate_key):
+            rate_held.setdefault(job.rate_key, []).append(job.pk)
+            continue
         slots.take(job.concurrency_keys)
+        rates.take(job.rate_key)
         taken.append(job)
     for key, ids in parked.items():
         park(ids, key, queue)
-    return taken
+    for key, ids in rate_held.items():
+        rates.hold(key)
+        Job.objects.filter(pk__in=ids, status=JobStatus.READY).update(blocked_key=RATE_PREFIX + key)
+        queries.park_rate_backlog(key, RATE_PREFIX + key, queue, UNPARK_BATCH)
+    rates.save()
+    return taken, min((rates.opens_at(key) - rates.now for key in rate_held), default=None)
 
 
 def _readable_keys(keys):
@@ -180,9 +307,9 @@ def left_running(jobs):
 
 
 def full_key(job):
-    """The key `job` waits for, if one of its keys is full now (a reading for pages)."""
+    """The concurrency key `job` waits for, if one of its keys is full now (a reading for pages)."""
     if job.blocked_key:
-        return job.blocked_key
+        return job.blocked_key if is_concurrency_key(job.blocked_key) else None
     if not job.concurrency_keys or not _readable_keys(job.concurrency_keys):
         return None
     return Slots(job.concurrency_keys, lock=False).full(job.concurrency_keys)
@@ -203,11 +330,90 @@ def unpark_stranded():
     """
     keys = list(
         Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=False)
+        .exclude(blocked_key__startswith="@")
         .values_list("blocked_key", flat=True).distinct()[:200]
     )
     for key in keys:
         with transaction.atomic():
             unpark([key])
+
+
+# --- Rate keys ------------------------------------------------------------------------
+
+
+def unpark_due_rates():
+    """Unpark the jobs of every rate key whose window has opened; returns seconds to the next opening.
+
+    Called by a worker when an opening it knows of is due, and by the reaper
+    as the safety net (the worker that parked them died; a row edited by
+    hand). As many jobs go back to the claim index as the window has room
+    for, in claim order; when more wait, `opens_at` moves to the next opening.
+    """
+    due = RateLimit.objects.filter(opens_at__lte=Now()).order_by("key")
+    # Rate lines whose row says nothing (a row deleted or edited by hand): look now.
+    stranded = set(Job.objects.filter(status=JobStatus.READY, blocked_key__startswith=RATE_PREFIX)
+                   .values_list("blocked_key", flat=True).order_by().distinct()[:200])
+    keys = set(due.values_list("key", flat=True)[:200])
+    keys |= {line[len(RATE_PREFIX):] for line in stranded} - set(
+        RateLimit.objects.filter(opens_at__isnull=False).values_list("key", flat=True))
+    for key in sorted(keys):
+        with transaction.atomic():
+            _unpark_rate(key, unless_later=True)
+    return queries.rate_opening_in()
+
+
+def _unpark_rate(key, *, unless_later=False):
+    """Under the key's row lock: unpark what its window has room for; set when to look next.
+
+    `unless_later`: leave it when, by the time the lock is ours, another
+    worker has already done this and set a later opening.
+    """
+    rates = Rates([key])
+    if unless_later and RateLimit.objects.filter(key=key, opens_at__gt=Now()).exists():
+        return
+    line = Job.objects.filter(status=JobStatus.READY, blocked_key=RATE_PREFIX + key)
+    if key not in rates.rows:  # no row: no limit any more
+        queues = set(line.values_list("queue", flat=True).distinct())
+        line.update(blocked_key=None)
+        for queue in queues:
+            wakeup.notify(queue)
+        return
+    limit, period = rates.rows[key]
+    room = max(0, limit - len(rates.window[key]))
+    chosen = list(line.in_claim_order().values_list("pk", "queue")[:room])
+    if chosen:
+        Job.objects.filter(pk__in=[pk for pk, _queue in chosen], status=JobStatus.READY,
+                           blocked_key=RATE_PREFIX + key).update(blocked_key=None)
+        for queue in {queue for _pk, queue in chosen}:
+            wakeup.notify(queue)
+    opens_at = None
+    if line.exists():
+        # Once those start the window is full again: it next opens when its
+        # oldest start leaves it (a period from now for an empty one).
+        window = rates.window[key]
+        opens_at = _moment((window[0] if window else rates.now) + period)
+    RateLimit.objects.filter(key=key).update(starts=rates.window[key], opens_at=opens_at)
+
+
+def rate_opens_at(job):
+    """When `job`, held back by its rate key, may start (a reading for pages); None if it is not."""
+    if not job.rate_key:
+        return None
+    if job.blocked_key == RATE_PREFIX + job.rate_key:
+        row = RateLimit.objects.filter(key=job.rate_key).values_list("opens_at", flat=True).first()
+        return row or timezone.now()
+    rates = Rates([job.rate_key], lock=False)
+    if rates.full(job.rate_key):
+        return _moment(rates.opens_at(job.rate_key))
+    return None
+
+
+def set_rate(key, limit, period_seconds):
+    """Change a rate key's limit (staff, live); waiting jobs take any new room at once."""
+    with transaction.atomic():
+        RateLimit.objects.update_or_create(key=key, defaults={
+            "limit": limit, "period_seconds": period_seconds})
+        _unpark_rate(key)
 
 
 # --- Queues ---------------------------------------------------------------------------

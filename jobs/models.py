@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from jobs.bounds import GAP_SECONDS_MAX, LIMIT_MAX
+from jobs.bounds import GAP_SECONDS_MAX, LIMIT_MAX, RATE_PERIOD_MAX_S
 
 PRIORITY_MIN, PRIORITY_MAX = -100, 100  # Django's Tasks convention: higher runs first
 
@@ -68,6 +68,13 @@ class Action(models.TextChoices):
     PRIORITY = "priority", _("priority changed")
 
 
+class OnDependencyFailure(models.TextChoices):
+    """What a dependent does when one of its parents ends FAILED or CANCELLED."""
+
+    CANCEL = "cancel", _("cancel it")  # CANCELLED with error_code "dependency_failed"
+    RUN = "run", _("run it anyway")
+
+
 LIVE_STATUSES = (JobStatus.READY, JobStatus.RUNNING, JobStatus.PAUSED)
 FINISHED_STATUSES = (JobStatus.SUCCESSFUL, JobStatus.FAILED, JobStatus.CANCELLED)
 
@@ -112,10 +119,20 @@ class Job(models.Model):
     unique_key = models.CharField(_("unique key"), max_length=255, null=True, blank=True)  # noqa: DJ001
     fingerprint = models.CharField(_("fingerprint"), max_length=128, blank=True, default="")
     concurrency_keys = models.JSONField(_("concurrency keys"), default=list, blank=True)
-    # Set while a READY job waits for a concurrency key at its limit: such jobs
-    # leave the claim index, so one user's 100k queued jobs never make the
-    # claim scan past them (see jobs/claiming.py).
+    # At most a rate limit's N starts per period share this key ("" for none; jobs/limits.py).
+    rate_key = models.CharField(_("rate key"), max_length=255, blank=True, default="", db_default="")
+    # Set while a READY job may not start yet: such jobs leave the claim index,
+    # so one user's 100k queued jobs never make the claim scan past them (see
+    # jobs/claiming.py). A concurrency key at its limit, "@rate:<key>" for a
+    # rate key whose window is full, "@parents" for a dependent whose parents
+    # have not all finished (jobs/dependencies.py).
     blocked_key = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001
+    on_dependency_failure = models.CharField(
+        _("on dependency failure"), max_length=10, choices=OnDependencyFailure,
+        default=OnDependencyFailure.CANCEL, db_default=OnDependencyFailure.CANCEL)
+    # Set once a job is linked as a parent: only then does its final transition
+    # look for dependents to decide, so jobs without any pay nothing for it.
+    has_dependents = models.BooleanField(default=False, db_default=False, editable=False)
     # "cancelled" or "paused" (an Outcome) asked of a RUNNING job: it stays RUNNING
     # (holding its slots) until its worker has really stopped it, so limits hold.
     stop_requested = models.CharField(max_length=10, blank=True, default="")
@@ -286,6 +303,49 @@ class Queue(models.Model):
 
     def __str__(self):
         return self.name
+
+
+class RateLimit(models.Model):
+    """At most `limit` jobs carrying `key` start within any `period_seconds` (a sliding window).
+
+    `starts` holds the window: the database clock's epoch seconds of the
+    recent starts, oldest first, at most `limit` of them. `opens_at` is set
+    while jobs wait for the window: when its oldest start leaves it, and a
+    worker unparks them (jobs/limits.py).
+    """
+
+    key = models.CharField(max_length=255, primary_key=True)
+    limit = models.PositiveIntegerField(_("starts"), validators=[
+        MinValueValidator(1), MaxValueValidator(LIMIT_MAX)])
+    period_seconds = models.FloatField(_("per seconds"), validators=[
+        MinValueValidator(0.001), MaxValueValidator(RATE_PERIOD_MAX_S)])
+    starts = models.JSONField(default=list, blank=True, editable=False)
+    opens_at = models.DateTimeField(_("opens at"), null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = _("rate limit")
+        verbose_name_plural = _("rate limits")
+        indexes = [models.Index(fields=["opens_at"], condition=Q(opens_at__isnull=False),
+                                name="jobs_ratelimit_opens")]
+
+    def __str__(self):
+        return f"{self.key} ≤ {self.limit}/{self.period_seconds:g}s"
+
+
+class JobDependency(models.Model):
+    """`child` may start only once `parent` is SUCCESSFUL (jobs/dependencies.py)."""
+
+    parent = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="child_links")
+    child = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="parent_links")
+
+    class Meta:
+        verbose_name = _("job dependency")
+        verbose_name_plural = _("job dependencies")
+        constraints = [models.UniqueConstraint(fields=["parent", "child"],
+                                               name="jobs_dependency_unique")]
+
+    def __str__(self):
+        return f"#{self.parent_id} → #{self.child_id}"
 
 
 class ConcurrencyLimit(models.Model):

@@ -20,18 +20,24 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from jobs import queries
-from jobs.models import FINISHED_STATUSES, Job, JobEvent
+from jobs.models import FINISHED_STATUSES, Job, JobDependency, JobEvent
 
 BATCH_SIZE = 1000
 
 
+# The engine's own rows about a job, which go with it: its events, and its
+# links to parents and children (a finished job's dependents were decided
+# when it finished).
+ENGINE_ROWS = (JobEvent, JobDependency)
+
+
 def unsafe_relations(model=Job):
-    """Foreign keys to `model` whose rows a delete would remove or block (other than JobEvent)."""
+    """Foreign keys to `model` whose rows a delete would remove or block (the engine's own aside)."""
     allowed = (models.SET_NULL, models.DO_NOTHING, models.SET_DEFAULT)
     return [
         f"{rel.related_model._meta.label}.{rel.field.name}"
         for rel in model._meta.related_objects
-        if rel.related_model is not JobEvent and rel.on_delete not in allowed
+        if rel.related_model not in ENGINE_ROWS and rel.on_delete not in allowed
     ]
 
 

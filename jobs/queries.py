@@ -34,7 +34,10 @@ def _execute(statement, params=()):
 # --- Enqueue -------------------------------------------------------------------
 
 
-def insert_or_promote(job):
+REPLACEABLE = ("payload", "run_after")  # what enqueue(replace=...) may change of a READY job
+
+
+def insert_or_promote(job, replace=()):
     """INSERT the job, or update the live job holding its unique key; returns (id, inserted).
 
     The partial unique index arbitrates between two enqueuers racing on one
@@ -45,6 +48,10 @@ def insert_or_promote(job):
     its own: its attempt read the old data, so a request after it ends must
     still see a stale fingerprint and queue a fresh run. SET reads the row as
     it was, so every CASE sees the old fingerprint.
+
+    `replace` (some of REPLACEABLE) makes a READY job take the new payload or
+    run_after in the same statement: a burst of enqueues debounces into one
+    run, with the last one's data.
     """
     fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
@@ -61,8 +68,10 @@ def insert_or_promote(job):
         f"attempts = CASE WHEN {new_data} AND jobs_job.status = 'READY' "
         "THEN 0 ELSE jobs_job.attempts END, "
         f"fingerprint = CASE WHEN {new_data} THEN excluded.fingerprint "
-        "ELSE jobs_job.fingerprint END "
-        "RETURNING id, public_id",
+        "ELSE jobs_job.fingerprint END"
+        + "".join(f", {column} = CASE WHEN jobs_job.status = 'READY' THEN excluded.{column} "
+                  f"ELSE jobs_job.{column} END" for column in REPLACEABLE if column in replace)
+        + " RETURNING id, public_id",
         values,
     )
     return job_id, str(public_id).replace("-", "") == job.public_id.hex
@@ -70,15 +79,18 @@ def insert_or_promote(job):
 
 # Bulk enqueue writes these columns; the rest take a new job's constant values.
 BULK_COLUMNS = ("public_id", "kind", "queue", "payload", "priority", "owner_id", "fingerprint",
-                "concurrency_keys", "blocked_key", "max_attempts", "run_after", "enqueued_at")
+                "concurrency_keys", "rate_key", "blocked_key", "max_attempts", "run_after",
+                "enqueued_at")
 BULK_CONSTANTS = {
     "status": "'READY'", "position": "0", "unique_key": "NULL", "stop_requested": "''",
+    "on_dependency_failure": "'cancel'", "has_dependents": "FALSE",
     "attempts": "0", "snoozes": "0", "worker_ids": "'[]'", "phase": "''", "progress_message": "''",
     "error": "''", "error_code": "''", "errors": "'[]'",
 }
 BULK_TYPES = {
     "public_id": "uuid", "kind": "text", "queue": "text", "payload": "jsonb", "priority": "int",
-    "owner_id": "int", "fingerprint": "text", "concurrency_keys": "jsonb", "blocked_key": "text",
+    "owner_id": "int", "fingerprint": "text", "concurrency_keys": "jsonb", "rate_key": "text",
+    "blocked_key": "text",
     "max_attempts": "int", "run_after": "timestamptz", "enqueued_at": "timestamptz",
 }
 
@@ -109,7 +121,7 @@ def insert_many(jobs):
                      "payload": job.payload, "priority": job.priority,
                      "owner_id": job.owner.pk if job.owner is not None else None,
                      "fingerprint": job.fingerprint, "concurrency_keys": job.concurrency_keys,
-                     "blocked_key": job.blocked_key, "max_attempts": job.max_attempts,
+                     "rate_key": job.rate_key, "blocked_key": job.blocked_key, "max_attempts": job.max_attempts,
                      "run_after": stamp(job.run_after), "enqueued_at": stamp(job.enqueued_at)}
                     for job in jobs[start:start + 5000]
                 ])
@@ -125,7 +137,7 @@ def insert_many(jobs):
                 f"INSERT INTO jobs_job ({columns}, updated_at) VALUES ({marks}, {constants}, %s)",
                 [(uuid.uuid4().hex, job.kind, job.queue, job.payload_text, job.priority,
                   job.owner.pk if job.owner is not None else None, job.fingerprint,
-                  json.dumps(job.concurrency_keys), job.blocked_key, job.max_attempts,
+                  json.dumps(job.concurrency_keys), job.rate_key, job.blocked_key, job.max_attempts,
                   adapt(job.run_after), adapt(job.enqueued_at), adapt(job.enqueued_at))
                  for job in jobs],
             )
@@ -207,6 +219,66 @@ def lock_limits(keys):
             for key, limit in rows}
 
 
+def lock_rates(keys):
+    """Lock the rate rows of `keys` (sorted) and return their (key, limit, period_seconds, starts)."""
+    if not keys:
+        return []
+    keys = sorted(set(keys))
+    marks = ",".join(["%s"] * len(keys))
+    lock = " FOR UPDATE" if is_postgres() else ""
+    rows = _execute(
+        f'SELECT key, "limit", period_seconds, starts FROM jobs_ratelimit WHERE key IN ({marks}) '
+        f"ORDER BY key{lock}",
+        keys,
+    )
+    return [(key, limit, period, _json_list(starts)) for key, limit, period, starts in rows]
+
+
+def _json_list(value):
+    """A JSON list column as Python (SQLite hands over text); [] for anything else (a hand edit)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return value if isinstance(value, list) else []
+
+
+def clock_epoch():
+    """The database's clock now, in epoch seconds: the time every rate window is kept in.
+
+    clock_timestamp(), not the statement's or transaction's start: a claimer
+    that waited for a rate row's lock dates its starts after the ones it waited for.
+    """
+    if is_postgres():
+        [(now,)] = _execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
+    else:
+        [(now,)] = _execute("SELECT (julianday('now') - 2440587.5) * 86400.0")
+    return float(now)
+
+
+def rate_opening_in():
+    """Seconds from now (the database's clock) to the earliest rate window opening, or None."""
+    if is_postgres():
+        [(seconds,)] = _execute("SELECT EXTRACT(EPOCH FROM min(opens_at) - clock_timestamp())::float8 "
+                                "FROM jobs_ratelimit WHERE opens_at IS NOT NULL")
+    else:
+        [(seconds,)] = _execute("SELECT (julianday(min(opens_at)) - julianday('now')) * 86400.0 "
+                                "FROM jobs_ratelimit WHERE opens_at IS NOT NULL")
+    return None if seconds is None else float(seconds)
+
+
+def park_rate_backlog(rate_key, blocked_key, queue, batch):
+    """Park up to `batch` more claimable jobs of `queue` with `rate_key` (its rate row is locked)."""
+    skip = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
+    _execute(
+        "UPDATE jobs_job SET blocked_key = %s WHERE id IN ("
+        "SELECT id FROM jobs_job WHERE status = 'READY' AND blocked_key IS NULL AND queue = %s "
+        f"AND rate_key = %s AND run_after <= {now()} LIMIT %s{skip})",
+        [blocked_key, queue, rate_key, batch],
+    )
+
+
 def running_counts(keys):
     """{key: number of RUNNING jobs carrying it} for the given keys."""
     if not keys:
@@ -249,8 +321,8 @@ def park_backlog(key, queue, batch):
 def complete_batch(rows):
     """Mark RUNNING jobs SUCCESSFUL in one statement; `rows` are (id, lease token, result).
 
-    Each row is guarded by its own token; returns the ids that matched (a job
-    whose lease was lost meanwhile is left alone).
+    Each row is guarded by its own token; returns {id: has_dependents} for the
+    rows that matched (a job whose lease was lost meanwhile is left alone).
     """
     token_field = Job._meta.get_field("lease_token")
     params, values = [], []
@@ -269,10 +341,10 @@ def complete_batch(rows):
         "lease_expires_at = NULL, blocked_key = NULL, stop_requested = '' "
         f"WHERE status = 'RUNNING' AND EXISTS (SELECT 1 FROM v WHERE v.id = jobs_job.id "
         f"AND v.token{uuid_cast} = jobs_job.lease_token) "
-        "RETURNING id",
+        "RETURNING id, has_dependents",
         params,
     )
-    return [row[0] for row in done]
+    return {job_id: bool(has_dependents) for job_id, has_dependents in done}
 
 
 # --- Wake-ups ------------------------------------------------------------------

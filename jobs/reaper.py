@@ -13,7 +13,11 @@ running it):
   are marked stopped, so pages stop counting them;
 - `fail_unserved`: READY jobs of a kind no live worker serves fail after
   JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS (a rolling deploy waits that long);
-- `limits.unpark_stranded`: parked jobs behind keys that have room again.
+- `limits.unpark_stranded`: parked jobs behind keys that have room again;
+- `limits.unpark_due_rates`: jobs waiting for a rate window that opened
+  (the worker that parked them looks then itself; this covers a dead one);
+- `dependencies.decide_stranded`: dependents whose parents have all ended
+  (each parent's final transition decides them; this covers a row edited by hand).
 """
 
 import logging
@@ -23,7 +27,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import conf, limits, outcome, services
+from jobs import conf, dependencies, limits, outcome, services
 from jobs.models import Job, JobStatus, Outcome, Worker
 
 log = logging.getLogger(__name__)
@@ -37,6 +41,8 @@ def reap():
     mark_dead_workers()
     fail_unserved(served_kinds())
     limits.unpark_stranded()
+    limits.unpark_due_rates()
+    dependencies.decide_stranded()
     return rescued
 
 

@@ -35,6 +35,15 @@ class Policy:
     fingerprint: Callable[[dict, Any], str] | None = None
     # Limit used for a concurrency key that has no ConcurrencyLimit row yet.
     default_limits: dict[str, int] = field(default_factory=dict)
+    # At most N starts per period ("10/m", "3/10s"; or a function returning
+    # one, read at enqueue) for the jobs sharing a rate key: by default the
+    # kind's name, else `rate_key(payload, owner)` (None or "": no limit).
+    # The rate gives a key its RateLimit row once; staff edit it live there.
+    rate_limit: str | Callable[[], str | None] | None = None
+    rate_key: Callable[[dict, Any], str | None] | None = None
+    # Kinds whose every new job gets one of this kind as a dependent, with
+    # the parent's payload under "of" (jobs/dependencies.py).
+    follows: tuple[str, ...] = ()
     # A FAILED job asked for again (enqueued with its key) this long after it
     # gave up is re-armed, attempts reset; before that the request returns it.
     # Nothing re-arms a job nobody asks for.
@@ -67,6 +76,10 @@ class Policy:
     def timeout_for(self, payload):
         return self.timeout_s(payload) if callable(self.timeout_s) else self.timeout_s
 
+    def rate(self):
+        """The kind's rate limit ("10/m"), or None."""
+        return self.rate_limit() if callable(self.rate_limit) else self.rate_limit
+
     def limit_for(self, key):
         """The default limit of a key, by its namespace ("user:42" -> default_limits["user"])."""
         return self.default_limits.get(key.split(":", 1)[0], self.default_limits.get("*", 1))
@@ -90,9 +103,15 @@ def kind(name, *, label=None, **policy):
     on pages."""
     if policy.get("mode", "inline") not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    if isinstance(policy.get("rate_limit"), str):
+        from jobs.limits import parse_rate
+
+        parse_rate(policy["rate_limit"])  # a typo fails at start-up, not at the first enqueue
+    policy["follows"] = tuple(policy.get("follows", ()))
 
     def register(handler):
         _kinds[name] = Kind(name=name, handler=handler, policy=Policy(**policy), label=label)
+        _followers.clear()
         return handler
 
     return register
@@ -140,6 +159,20 @@ def queues():
     return sorted(names, key=lambda name: (name != "default", name))
 
 
+_followers: dict[str, tuple[str, ...]] = {}
+
+
+def followers(name):
+    """The kinds that declared they follow kind `name` (computed once per registration)."""
+    if not _followers and _kinds:
+        for spec in _kinds.values():
+            for followed in spec.policy.follows:
+                _followers[followed] = (*_followers.get(followed, ()), spec.name)
+        _followers[""] = ()  # computed, even when nothing follows anything
+    return _followers.get(name, ())
+
+
 def unregister(name):
     """For tests that register throw-away kinds."""
     _kinds.pop(name, None)
+    _followers.clear()

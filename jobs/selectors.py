@@ -10,10 +10,11 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
-from jobs import conf, limits, order, registry
+from jobs import conf, dependencies, limits, order, registry
 from jobs.exceptions import TransportUnavailable
-from jobs.models import Action, Job, JobStatus, Outcome, Queue, Worker
+from jobs.models import LIVE_STATUSES, Action, Job, JobStatus, Outcome, Queue, Worker
 
 # How a concurrency key's namespace reads to a person ("user:42" is "your
 # other jobs"); apps add theirs with `describe_key`.
@@ -29,7 +30,7 @@ def describe_key(namespace, words):
 class Standing:
     position: int | None  # 1 = next to be claimed in its queue; None unless READY
     # queued | scheduled | transport_unavailable | paused | queue_paused | no_worker | key_busy
-    # | queue_full | queue_gap | running | finished
+    # | rate_limited | waiting_for_parents | queue_full | queue_gap | running | finished
     reason: str
     message: str
     key: str | None = None
@@ -80,6 +81,12 @@ def standing(job, *, served_kinds=None):
         return Standing(position, "transport_unavailable",
                         _("The CV queue's Redis server was unreachable at the last try; the job "
                           "waits to be sent again."))
+    if job.blocked_key == limits.PARENTS:
+        waiting = dependencies.parents_of(job).filter(status__in=LIVE_STATUSES).count()
+        return Standing(position, "waiting_for_parents",
+                        ngettext("Waiting for %(n)d earlier job to finish.",
+                                 "Waiting for %(n)d earlier jobs to finish.", waiting)
+                        % {"n": waiting})
     if job.run_after > now:
         local = timezone.localtime(job.run_after)
         return Standing(position, "scheduled",
@@ -97,6 +104,14 @@ def standing(job, *, served_kinds=None):
         return Standing(position, "key_busy",
                         str(words) if words else _("Waiting for a free slot (%(key)s).") % {"key": key},
                         key=key)
+    opens_at = limits.rate_opens_at(job)
+    if opens_at is not None:
+        if _claimed_since(job):
+            return Standing(None, "running", _("Running."))
+        return Standing(position, "rate_limited",
+                        _("rate limit: next start at %(time)s")
+                        % {"time": timezone.localtime(opens_at).strftime("%H:%M:%S")},
+                        key=job.rate_key, until=opens_at)
     full = queue is not None and queue.concurrency is not None and Job.objects.filter(
         queue=job.queue, status=JobStatus.RUNNING).count() >= queue.concurrency
     next_start = limits.resting_until(queue)

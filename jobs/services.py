@@ -22,9 +22,20 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import conf, history, limits, order, payloads, queries, registry, signals, wakeup
+from jobs import (
+    conf,
+    dependencies,
+    history,
+    limits,
+    order,
+    payloads,
+    queries,
+    registry,
+    signals,
+    wakeup,
+)
 from jobs.exceptions import IllegalTransition
-from jobs.models import Action, Job, JobStatus, Outcome, Worker
+from jobs.models import Action, Job, JobStatus, OnDependencyFailure, Outcome, Worker
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +45,7 @@ MAX_ERRORS_KEPT = 10  # per job: enough to see a pattern, bounded so a row stays
 move_to_front, move_up, move_down = order.move_to_front, order.move_up, order.move_down
 set_priority_tier = order.set_priority_tier
 set_limit = limits.set_limit
+set_rate = limits.set_rate
 
 
 # --- Enqueue ---------------------------------------------------------------
@@ -43,13 +55,14 @@ def build_job(kind, payload=None, **options):
     """A validated, unsaved Job; raises before anything is written.
 
     `limits` ({key: n}) gives keys that have no limit row yet their limit,
-    instead of the kind's default.
+    instead of the kind's default; `rate_limit` ("10/m") gives the job's rate
+    key, if it has no row yet, its rate.
     """
     spec = resolve(kind, payload, **options)
-    initial_limits = spec.pop("initial_limits")
+    initial_limits, initial_rates = spec.pop("initial_limits"), spec.pop("initial_rates")
     spec.pop("payload_text")
     job = Job(**spec)
-    job.initial_limits = initial_limits
+    job.initial_limits, job.initial_rates = initial_limits, initial_rates
     return job
 
 
@@ -68,7 +81,8 @@ class _Spec(dict):
 
 def resolve(kind, payload=None, *, priority=None, queue=None, owner=None, run_after=None,
             unique_key=None, fingerprint=None, concurrency_keys=None, max_attempts=None,
-            limits=None, _limits=None):
+            limits=None, rate_key=None, rate_limit=None,
+            on_dependency_failure=OnDependencyFailure.CANCEL, _limits=None):
     """Validate a job and compute its policy-derived fields; nothing is written.
 
     `_limits` carries settings read once by a bulk caller (payload limits,
@@ -85,6 +99,12 @@ def resolve(kind, payload=None, *, priority=None, queue=None, owner=None, run_af
         fingerprint = policy.fingerprint(payload, owner) if policy.fingerprint else ""
     if concurrency_keys is None:
         concurrency_keys = policy.concurrency_keys(payload, owner) if policy.concurrency_keys else []
+    rate_limit = rate_limit or policy.rate()
+    if rate_key is None:
+        rate_key = policy.rate_key(payload, owner) if policy.rate_key else (
+            kind if rate_limit else "")
+    rate_key = str(rate_key or "")[:255]
+    dependencies.check_on_failure(on_dependency_failure)
     now = timezone.now()
     return _Spec(
         kind=kind,
@@ -101,11 +121,14 @@ def resolve(kind, payload=None, *, priority=None, queue=None, owner=None, run_af
         run_after=max(run_after, now) if run_after else now,
         enqueued_at=now,
         initial_limits=limits or {},
+        rate_key=rate_key,
+        initial_rates={rate_key: rate_limit} if rate_key and rate_limit else {},
+        on_dependency_failure=on_dependency_failure,
         blocked_key=None,
     )
 
 
-def enqueue(kind, payload=None, *, supersede=False, **options):
+def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(), **options):
     """Queue one job and return it (or the live/finished job it merges into).
 
     - unique key: at most one live job per key; enqueueing again returns it,
@@ -117,24 +140,39 @@ def enqueue(kind, payload=None, *, supersede=False, **options):
       A live job not yet running takes a new fingerprint (a READY one with its
       attempts reset); a RUNNING one keeps its own, so a request after it ends
       queues a run on the new data;
-    - supersede: READY jobs of this kind and owner for other keys are cancelled;
+    - replace: with a unique key, ("payload", "run_after") or either makes a
+      READY job holding it take this call's (debounce: the last of a burst wins);
+    - depends_on: jobs (or task results, ids) that must all be SUCCESSFUL
+      before this one starts (jobs/dependencies.py); `on_dependency_failure`
+      ("cancel" or "run") says what a failed one does to it. Only a new job
+      is linked: one merged into a live job keeps that job's parents;
     - transactional: inside `transaction.atomic()` the job exists only if that commits.
     """
+    replace = tuple(replace or ())
+    if set(replace) - set(queries.REPLACEABLE):
+        raise ValueError(_("replace takes “payload” and “run_after”, not %(v)r.") % {"v": replace})
     job = build_job(kind, payload, **options)
+    if replace and job.unique_key is None:
+        raise ValueError(_("replace needs a unique key: it changes the job holding that key."))
+    parents = dependencies.parent_ids(depends_on) if depends_on else []
     limits.ensure([job])
-    if job.concurrency_keys:
-        # The key locks taken to decide parking are held until the insert commits.
+    if job.concurrency_keys or job.rate_key or parents or registry.followers(kind):
+        # The key locks taken to decide parking, and the parents' locks, are
+        # held until the insert (and its links) commit.
         with transaction.atomic():
-            return _enqueue_one(job, supersede)
-    return _enqueue_one(job, supersede)
+            return _enqueue_one(job, supersede, replace=replace, parents=parents)
+    return _enqueue_one(job, supersede, replace=replace, parents=parents)
 
 
-def _enqueue_one(job, supersede):
-    limits.park_at_enqueue([job])
+def _enqueue_one(job, supersede, *, replace=(), parents=()):
+    may_run = True
+    if parents:
+        may_run = dependencies.park_if_waiting(job, dependencies.lock_parents(parents))
+    if job.blocked_key is None:
+        limits.park_at_enqueue([job])
     if job.unique_key is None:
         job.save(force_insert=True)
-        _notify(job.queue)
-        return job
+        return _inserted(job, parents, may_run)
     if supersede:
         _supersede(job)
     cooldown_s = registry.policy(job.kind).cooldown_s
@@ -146,12 +184,24 @@ def _enqueue_one(job, supersede):
             if job.fingerprint:
                 return latest
     job.updated_at = timezone.now()
-    job_id, inserted = queries.insert_or_promote(job)
+    job_id, inserted = queries.insert_or_promote(job, replace)
     if inserted:
-        _notify(job.queue)
         job.pk = job_id
-        return job
+        return _inserted(job, parents, may_run)
     return Job.objects.get(pk=job_id)
+
+
+def _inserted(job, parents, may_run):
+    """A new job's row exists: link it to its parents, queue its followers, wake workers."""
+    if parents:
+        dependencies.link(job, parents)
+        if not may_run:  # a parent had already failed
+            cancel_dependent(job, reason=_("An earlier job it depends on failed or was cancelled."),
+                             code=dependencies.FAILED_PARENT)
+            return Job.objects.get(pk=job.pk)
+    dependencies.follow_ups(job)
+    _notify(job.queue)
+    return job
 
 
 # A finished job run again from the start (a staff retry, a re-arm after the
@@ -225,9 +275,20 @@ def _notify(queue):
     wakeup.notify(queue)
 
 
-def _finished(job, status, **fields):
-    """In the transaction that gave `job` its final state: the kind's own record of it, then
-    the `job_finished` signal once that transaction commits."""
+notify_queue = _notify
+
+
+def _finished(job, status, *, has_dependents=None, **fields):
+    """In the transaction that gave `job` its final state: its dependents decided, the kind's
+    own record of it, then the `job_finished` signal once that transaction commits.
+
+    `has_dependents` is the row's flag when the caller's UPDATE returned it; read
+    otherwise, after that UPDATE, which waited for any link being made meanwhile.
+    """
+    if has_dependents is None:
+        has_dependents = Job.objects.filter(pk=job.pk, has_dependents=True).exists()
+    if has_dependents:
+        dependencies.parents_ended([job.pk])
     job.status = status
     for name, value in fields.items():
         setattr(job, name, value)
@@ -286,14 +347,14 @@ def complete_many(jobs_results):
     if not jobs_results:
         return []
     with transaction.atomic():
-        done = set(queries.complete_batch([(job.pk, job.lease_token, result)
-                                           for job, result in jobs_results]))
+        done = queries.complete_batch([(job.pk, job.lease_token, result)
+                                       for job, result in jobs_results])
         finished = [job for job, _result in jobs_results if job.pk in done]
         limits.left_running(finished)
         history.note_many(finished, Outcome.SUCCEEDED, status=JobStatus.SUCCESSFUL)
         for job, result in jobs_results:
             if job.pk in done:
-                _finished(job, JobStatus.SUCCESSFUL, result=result)
+                _finished(job, JobStatus.SUCCESSFUL, has_dependents=done[job.pk], result=result)
     return list(done)
 
 
@@ -360,6 +421,11 @@ def _leave_ready(job, status, event, *, reason, code, level=logging.INFO, actor=
     return bool(changed)
 
 
+def cancel_dependent(job, *, reason, code):
+    """A waiting dependent whose parent failed → CANCELLED (its own dependents follow)."""
+    return _leave_ready(job, JobStatus.CANCELLED, Outcome.CANCELLED, reason=reason, code=code)
+
+
 def fail_unserved(job, *, reason):
     """A READY job no live worker can run (its kind is served nowhere) → FAILED."""
     with transaction.atomic():
@@ -415,6 +481,7 @@ def resume(job, *, actor=None, reason=""):
             status=JobStatus.READY, run_after=Now(), error_code="", error=""
         ):
             raise IllegalTransition(_("Only a paused job can be resumed."))
+        dependencies.hold_if_waiting(job)
         history.note(job, Action.RESUMED, status=JobStatus.READY, actor=actor, reason=reason)
     _notify(job.queue)
 
@@ -428,6 +495,7 @@ def retry(job, *, actor=None, reason=""):
             ).update(run_after=Now(), **_FRESH_START):
                 raise IllegalTransition(_("Only a failed or cancelled job can be retried."))
             job.attempts = 0
+            dependencies.hold_if_waiting(job)
             history.note(job, Action.RETRIED, status=JobStatus.READY, actor=actor, reason=reason)
             _notify(job.queue)
     except IntegrityError:
@@ -477,5 +545,6 @@ __all__ = [
     "held", "leave_running", "complete_many", "error_entry", "lock_lease", "report_progress",
     "renew_leases", "fail_unserved", "fail_unreadable",
     "cancel", "pause", "resume", "retry", "retry_matching", "move_to_front", "move_up", "move_down",
-    "set_priority_tier", "set_limit", "set_queue", "command_worker",
+    "set_priority_tier", "set_limit", "set_rate", "set_queue", "command_worker", "cancel_dependent",
+    "notify_queue",
 ]

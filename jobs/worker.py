@@ -21,7 +21,18 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models.functions import Now
 
-from jobs import claiming, conf, execution, limits, outcome, reaper, registry, services, wakeup
+from jobs import (
+    claiming,
+    conf,
+    execution,
+    limits,
+    outcome,
+    queries,
+    reaper,
+    registry,
+    services,
+    wakeup,
+)
 from jobs.context import JobContext
 from jobs.cv import clients
 from jobs.models import Job, JobStatus, Outcome
@@ -56,9 +67,12 @@ class Running:
 
 class Worker:
     def __init__(self, *, queues=None, concurrency=20, burst=False, max_jobs=None,
-                 name=None, kinds=None, companions=()):
-        self.queues = list(queues) if queues else registry.queues()
-        self.concurrency = concurrency
+                 name=None, kinds=None, companions=(), slots=None):
+        # `slots` ({queue: n}): each queue its own slots, so heavy jobs of one
+        # cannot take every slot from another's; without, queues share `concurrency`.
+        self.slots = dict(slots) if slots else None
+        self.queues = list(self.slots) if self.slots else list(queues) if queues else registry.queues()
+        self.concurrency = sum(self.slots.values()) if self.slots else concurrency
         self.burst = burst
         self.max_jobs = max_jobs
         self.kinds = list(kinds) if kinds else registry.names()
@@ -73,6 +87,9 @@ class Worker:
         self.hurry = threading.Event()  # second signal: hand everything back now
         self.exited = threading.Event()
         self.claimed_total = 0
+        # When (time.monotonic()) the earliest known rate window opens: this
+        # worker then unparks the jobs waiting for it (jobs/limits.py).
+        self.rates_due = float("inf")
         self.quiet = False
         self.monitor = None  # watches redis-mode jobs, started with the first one
         self.tasks = queue_module.SimpleQueue()  # (entry, target) for executor threads
@@ -133,10 +150,16 @@ class Worker:
                 break
             if claimed and self.free_slots() > 0:
                 continue  # a full batch may mean more is waiting
-            self.wake.wait(conf.JOBS_POLL_SECONDS)
+            self.wake.wait(max(0.0, min(conf.JOBS_POLL_SECONDS, self.rates_due - time.monotonic())))
             self.wake.clear()
 
     def claim_some(self):
+        if time.monotonic() >= self.rates_due:
+            try:
+                self.open_rates()
+            except Exception:  # noqa: BLE001 - a worker never dies of data: the reaper tries again
+                log.exception("unparking jobs whose rate window opened failed")
+                self.reset_connection()
         free = self.free_slots()
         if self.quiet or free <= 0:
             return []
@@ -150,7 +173,8 @@ class Worker:
             if free <= 0:
                 return []
         try:
-            jobs = claiming.claim(self.row, queues=self.queues, kinds=self.kinds, limit=free)
+            jobs = claiming.claim(self.row, queues=self.queues, kinds=self.kinds, limit=free,
+                                  slots=self.free_by_queue())
         except DatabaseError as exc:
             log.warning("claim failed (%s); retrying", exc.__class__.__name__)
             self.reset_connection()
@@ -169,11 +193,32 @@ class Worker:
             # Publishing frees their slots at once; the monitor watches them from here.
             self.cv_monitor().adopt(cv_jobs)
         self.claimed_total += len(jobs)
+        self.expect_rate_opening(jobs.rate_opens_in_s)
         return jobs
 
     def free_slots(self):
         with self.lock:
             return self.concurrency - sum(1 for r in self.running.values() if not r.slot_freed)
+
+    def free_by_queue(self):
+        """{queue: free slots} for a worker whose queues have slots of their own, else None."""
+        if self.slots is None:
+            return None
+        with self.lock:
+            busy = [r.job.queue for r in self.running.values() if not r.slot_freed]
+        return {queue: n - busy.count(queue) for queue, n in self.slots.items()}
+
+    def expect_rate_opening(self, in_s):
+        """A rate window opens in `in_s` seconds (None: none known): be there when it does."""
+        if in_s is not None:
+            # A hair later, so the database's clock has passed the opening too.
+            self.rates_due = min(self.rates_due, time.monotonic() + max(0.0, in_s) + 0.005)
+            self.wake.set()
+
+    def open_rates(self):
+        """Unpark the jobs whose rate window opened; note when the next one opens."""
+        self.rates_due = float("inf")
+        self.expect_rate_opening(limits.unpark_due_rates())
 
     def done_by_count(self):
         return (self.max_jobs is not None and self.claimed_total >= self.max_jobs
@@ -412,6 +457,8 @@ class Worker:
         """Recover what dead workers left behind (jobs/reaper.py); any survivor does it."""
         if reaper.reap():
             self.wake.set()
+        # Openings another worker noted (it may have died since): this one looks then too.
+        self.expect_rate_opening(queries.rate_opening_in())
 
     # --- shutdown -----------------------------------------------------------
 
@@ -465,8 +512,10 @@ class Worker:
             name=self.name, host=socket.gethostname(), pid=os.getpid(), queues=self.queues,
             kinds=self.kinds, concurrency=self.concurrency,
         )
+        queues = ",".join(f"{q}={n}" for q, n in self.slots.items()) if self.slots \
+            else ",".join(self.queues)
         log.info("worker %s serving queues %s (%d kinds, concurrency %d)",
-                 self.name, ",".join(self.queues), len(self.kinds), self.concurrency)
+                 self.name, queues, len(self.kinds), self.concurrency)
 
     def unregister(self):
         try:

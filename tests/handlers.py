@@ -5,10 +5,12 @@ JOBS_HANDLER_MODULES=tests.handlers.
 """
 
 import os
+import signal
 import time
 
 from jobs.exceptions import Fail, Retry
 from jobs.registry import kind
+from jobs.signals import job_finished
 
 
 @kind("tests.noop")
@@ -222,3 +224,41 @@ def gapped(ctx, payload):
     """A job of the `gapped` queue that works `seconds` (tests of a queue's gap set it up)."""
     ctx.wait(payload.get("seconds", 0))
     return None
+
+
+# --- Rate limits and workflows ------------------------------------------------------
+@kind("tests.rated", max_attempts=1, rate_limit="3/s",
+      rate_key=lambda payload, owner: payload.get("rate_key", "tests.rated"))
+def rated(ctx, payload):
+    """At most three starts a second per rate key (`rate_key` in the payload; the kind's name)."""
+    return {"key": ctx.job.rate_key}
+
+
+@kind("tests.chain", max_attempts=3, backoff_base_s=0)
+def chain(ctx, payload):
+    """A step of a workflow: appends "step <name> <job id> <parents' states>" to the ledger."""
+    from jobs.dependencies import parents_of
+
+    states = ",".join(parents_of(ctx.job).values_list("status", flat=True)) or "-"
+    with open(payload["ledger"], "a") as f:
+        f.write(f"step {payload['name']} {ctx.job.pk} {states}\n")
+    if payload.get("fail"):
+        raise Fail("this step fails on purpose", code="bad_input")
+    return {"name": payload["name"]}
+
+
+def _kill_after_commit(sender, job, **kwargs):
+    """With TESTS_KILL_AFTER_COMMIT set, a worker SIGKILLs itself right after a tests.chain
+    job's success has committed, once per job (a file per job id says it did)."""
+    folder = os.environ.get("TESTS_KILL_AFTER_COMMIT")
+    if not folder or job.kind != "tests.chain" or job.status != "SUCCESSFUL":
+        return
+    marker = os.path.join(folder, f"killed-after-{job.pk}")
+    if os.path.exists(marker):
+        return
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+job_finished.connect(_kill_after_commit, dispatch_uid="tests.kill_after_commit")

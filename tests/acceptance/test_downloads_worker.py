@@ -11,6 +11,7 @@ from django.test import Client
 
 from downloads import progress, services, storage
 from downloads.models import Download, DownloadQuota, MediaAsset
+from jobs import dependencies
 from jobs.childside import has_marker
 from jobs.models import Job, JobStatus
 from tests import media
@@ -92,6 +93,12 @@ def test_a_direct_mp4_arrives_byte_for_byte_and_is_served_with_ranges(worker, or
     segment = Job.objects.get(kind="downloads.segment")  # every finished video is split into shots
     assert segment.payload == {"asset": asset.pk, "file": asset.file}
     assert asset.segment_job_id == segment.pk
+    # A workflow: the split waits for the fetch that made the file (decided in its
+    # commit), and the insights prefetch waits for the split.
+    assert list(dependencies.parents_of(segment)) == [done.job]
+    wait_for(lambda: Job.objects.get(pk=segment.pk).blocked_key is None, timeout=10)
+    [prefetch] = dependencies.children_of(segment)
+    assert (prefetch.kind, prefetch.blocked_key) == ("insights.prefetch", "@parents")
 
     client = Client()
     client.force_login(user)

@@ -87,7 +87,10 @@ def test_post_creates_a_download_and_its_job(alice_client, user):
     assert job.kind == "downloads.fetch" and job.queue == "downloads"
     assert job.owner == user
     assert job.unique_key == f"download:{download.pk}"
-    assert job.concurrency_keys == sorted([f"user:{user.pk}", f"asset:{download.asset_id}"])
+    site = job.payload["site"]  # the URL's registrable domain: its own limits
+    assert job.concurrency_keys == sorted([f"user:{user.pk}", f"asset:{download.asset_id}",
+                                           f"site:{site}"])
+    assert job.rate_key == f"site:{site}"
     assert job.max_attempts == 3
     assert ConcurrencyLimit.objects.get(key=f"user:{user.pk}").limit == 2
     assert ConcurrencyLimit.objects.get(key=f"asset:{download.asset_id}").limit == 1

@@ -1,9 +1,38 @@
 import logging
+import re
 
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import registry, scheduler
 from jobs.worker import Worker, install_signal_handlers
+
+QUEUE_NAME = re.compile(r"[\w.:-]{1,100}")
+
+
+def parse_queues(text):
+    """`--queues`: "a,b" → (["a", "b"], None); "downloads=4,default=16" → (names, {name: slots}).
+
+    Every queue gets a slot count or none does; CommandError says what is wrong.
+    """
+    names, slots = [], {}
+    for part in (p.strip() for p in (text or "").split(",")):
+        if not part:
+            continue
+        name, has_count, count = (s.strip() for s in part.partition("="))
+        if not QUEUE_NAME.fullmatch(name):
+            raise CommandError(f"--queues: {name!r} is no queue name (letters, digits, . _ : -).")
+        if name in names:
+            raise CommandError(f"--queues: {name!r} is named twice.")
+        names.append(name)
+        if has_count:
+            if not count.isdigit() or not 1 <= int(count) <= 1000:
+                raise CommandError(f"--queues: the slots of {name!r} must be a whole number from "
+                                   f"1 to 1000, not {count!r}.")
+            slots[name] = int(count)
+    if slots and len(slots) != len(names):
+        raise CommandError("--queues: give every queue its slots (downloads=4,default=16) or "
+                           "none (downloads,default), not some.")
+    return names, slots or None
 
 
 class Command(BaseCommand):
@@ -15,8 +44,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--queues", default="",
-                            help="comma-separated queues to serve, in order "
-                                 "(default: every queue a registered kind uses)")
+                            help="comma-separated queues to serve, in order (default: every "
+                                 "queue a registered kind uses); with slots, e.g. "
+                                 "downloads=4,insights=1,default=16, each queue runs at most its "
+                                 "own number of jobs at once and --concurrency is their sum")
         parser.add_argument("--concurrency", type=int, default=20,
                             help="jobs run at once by this process (default: 20; each claim takes "
                                  "up to the free slots, so more slots mean bigger batches). "
@@ -39,6 +70,7 @@ class Command(BaseCommand):
                **options):
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1.")
+        names, slots = parse_queues(queues)
         if max_jobs is not None and max_jobs < 1:
             raise CommandError("--max-jobs must be at least 1.")
         known = set(registry.names())
@@ -48,7 +80,8 @@ class Command(BaseCommand):
             raise CommandError(f"Unknown kinds: {', '.join(unknown)}.")
         logging.getLogger("jobs").setLevel(logging.INFO)
         worker = Worker(
-            queues=[q for q in queues.split(",") if q],
+            queues=names,
+            slots=slots,
             concurrency=concurrency,
             burst=burst,
             max_jobs=max_jobs,
