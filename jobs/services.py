@@ -22,7 +22,19 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import conf, history, limits, order, payloads, queries, registry, signals, wakeup
+from jobs import (
+    conf,
+    history,
+    limits,
+    notices,
+    order,
+    payloads,
+    queries,
+    registry,
+    rollup,
+    signals,
+    wakeup,
+)
 from jobs.exceptions import IllegalTransition
 from jobs.models import Action, Job, JobStatus, Outcome, Worker
 
@@ -225,21 +237,47 @@ def _notify(queue):
     wakeup.notify(queue)
 
 
-def _finished(job, status, **fields):
-    """In the transaction that gave `job` its final state: the kind's own record of it, then
-    the `job_finished` signal once that transaction commits."""
-    job.status = status
-    for name, value in fields.items():
-        setattr(job, name, value)
-    job.finished_at = job.finished_at or timezone.now()
-    finished = registry.policy(job.kind).finished
-    if finished is not None:
-        try:
-            with transaction.atomic():  # a savepoint: a failing copy must not undo the transition
-                finished(job)
-        except Exception:  # noqa: BLE001 - a worker never dies of an app's data
-            log.exception("the %s kind's record of job %s's end failed", job.kind, job.pk)
-    transaction.on_commit(lambda: signals.job_finished.send(Job, job=job))
+# How the rollup counts each final state (jobs/rollup.py).
+_COUNTED = {JobStatus.SUCCESSFUL: "succeeded", JobStatus.FAILED: "failed",
+            JobStatus.CANCELLED: "cancelled"}
+
+
+def _finished(entries, status, *, ran):
+    """In the transaction that gave jobs their final `status`: the rollup's count of them, the
+    kind's own record of each, a failure notice, then the `job_finished` signal once that
+    transaction commits.
+
+    `entries` are (job, the row's new values); `ran` when they left RUNNING
+    (so their attempt's run time is a duration worth charting).
+    """
+    if not entries:
+        return
+    now = timezone.now()
+    for job, fields in entries:
+        job.status = status
+        for name, value in fields.items():
+            setattr(job, name, value)
+        job.finished_at = job.finished_at or now
+    timed = ran and status != JobStatus.CANCELLED  # a cancel cuts an attempt short
+    _guarded(rollup.count, [(job, _COUNTED[status], rollup.took_s(job, now) if timed else None)
+                            for job, _fields in entries], now=now, what="the rollup's count")
+    for job, _fields in entries:
+        finished = registry.policy(job.kind).finished
+        if finished is not None:
+            _guarded(finished, job, what=f"the {job.kind} kind's record of job {job.pk}'s end")
+        if status == JobStatus.FAILED:
+            _guarded(notices.job_failed, job, what=f"the failure notice of job {job.pk}")
+        transaction.on_commit(lambda job=job: signals.job_finished.send(Job, job=job))
+
+
+def _guarded(write, *args, what, **kwargs):
+    """`write(...)` in a savepoint: if it fails, it is undone and logged, and the transition it
+    rides on still commits (a worker never dies of an app's data, nor of its own bookkeeping)."""
+    try:
+        with transaction.atomic():
+            write(*args, **kwargs)
+    except Exception:  # noqa: BLE001
+        log.exception("%s failed", what)
 
 
 # --- Transitions out of RUNNING (jobs/outcome.py chooses them) ------------------
@@ -260,11 +298,12 @@ _END_LEASE = {"worker": None, "lease_token": None, "lease_expires_at": None, "bl
 
 
 def leave_running(job, outcome, *, status, expired=False, reason="", level=logging.INFO, exc=None,
-                  data=None, **fields):
+                  data=None, retried=False, **fields):
     """RUNNING → `status` for this attempt's `outcome`: one guarded UPDATE; False if it matched nothing.
 
     In the same transaction: the job's slots are freed (and its queue rests),
-    and the transition is noted. `fields` are the row's other changes.
+    and the transition is noted. `fields` are the row's other changes;
+    `retried` says the attempt failed and the job goes again (the rollup counts it).
     """
     with transaction.atomic():
         changed = held(job, expired=expired).update(status=status, **fields, **_END_LEASE)
@@ -273,11 +312,13 @@ def leave_running(job, outcome, *, status, expired=False, reason="", level=loggi
             history.note(job, outcome, status=status, reason=reason, level=level, exc=exc,
                          **(data or {}))
             if status == JobStatus.READY:
+                if retried:
+                    _guarded(rollup.count, [(job, "retried", None)], what="the rollup's count")
                 _notify(job.queue)
             elif status != JobStatus.PAUSED:
-                _finished(job, status, error=fields.get("error", job.error),
-                          error_code=fields.get("error_code", job.error_code),
-                          errors=fields.get("errors", job.errors))
+                _finished([(job, {"error": fields.get("error", job.error),
+                                  "error_code": fields.get("error_code", job.error_code),
+                                  "errors": fields.get("errors", job.errors)})], status, ran=True)
     return bool(changed)
 
 
@@ -291,9 +332,8 @@ def complete_many(jobs_results):
         finished = [job for job, _result in jobs_results if job.pk in done]
         limits.left_running(finished)
         history.note_many(finished, Outcome.SUCCEEDED, status=JobStatus.SUCCESSFUL)
-        for job, result in jobs_results:
-            if job.pk in done:
-                _finished(job, JobStatus.SUCCESSFUL, result=result)
+        _finished([(job, {"result": result}) for job, result in jobs_results if job.pk in done],
+                  JobStatus.SUCCESSFUL, ran=True)
     return list(done)
 
 
@@ -356,7 +396,7 @@ def _leave_ready(job, status, event, *, reason, code, level=logging.INFO, actor=
         status=status, finished_at=Now(), error=str(reason), error_code=code, blocked_key=None)
     if changed:
         history.note(job, event, status=status, reason=reason, level=level, actor=actor, code=code)
-        _finished(job, status, error=str(reason), error_code=code)
+        _finished([(job, {"error": str(reason), "error_code": code})], status, ran=False)
     return bool(changed)
 
 
