@@ -120,10 +120,13 @@ def totals(since, *, by=(), until=None, **filters):
     rows = JobRollup.objects.filter(minute__gte=minute_of(since), **filters)
     if until is not None:
         rows = rows.filter(minute__lt=until)
-    grouped = rows.order_by().values(*by).annotate(**_SUMS, took_max=Max("took_max_s"))
+    if by:
+        grouped = rows.order_by().values(*by).annotate(**_SUMS, took_max=Max("took_max_s"))
+    else:
+        grouped = [rows.aggregate(**_SUMS, took_max=Max("took_max_s"))]
     result = {}
     for row in grouped:
-        if not by and row["took_count"] is None:
+        if row["took_count"] is None:
             continue  # no rows at all: the aggregate of nothing
         result[tuple(row[name] for name in by)] = Totals(
             **{name: row[name] or 0 for name in (*COUNTS, "took_count", "took_sum_s")},

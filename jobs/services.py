@@ -475,23 +475,39 @@ def retry(job, *, actor=None, reason=""):
 
 
 def retry_matching(queryset, *, actor=None, reason="", batch_size=500):
-    """Retry every FAILED job of `queryset`, one `retry()` each; returns (retried, skipped).
+    """Retry every FAILED job of `queryset`, one `retry()` each; returns (retried, skipped)."""
+    return _each_matching(queryset, [JobStatus.FAILED], retry, actor=actor, reason=reason,
+                          batch_size=batch_size)
+
+
+def cancel_matching(queryset, *, actor=None, reason="", batch_size=500):
+    """Cancel every live job of `queryset`, one `cancel()` each; returns (cancelled, skipped).
+
+    Running jobs are asked to stop, as `cancel()` does for one.
+    """
+    return _each_matching(queryset, [JobStatus.READY, JobStatus.PAUSED, JobStatus.RUNNING], cancel,
+                          actor=actor, reason=reason, batch_size=batch_size)
+
+
+def _each_matching(queryset, statuses, service, *, actor, reason, batch_size):
+    """`service(job)` for every job of `queryset` in `statuses`; (done, skipped).
 
     Walks the ids in primary-key batches, so a filter that matches millions of
-    jobs never loads them at once or holds one long transaction.
+    jobs never loads them at once or holds one long transaction; a job whose
+    state changed meanwhile is skipped.
     """
-    retried = skipped = 0
-    failed = queryset.filter(status=JobStatus.FAILED).select_related(None).order_by("pk")
+    done = skipped = 0
+    matching = queryset.filter(status__in=statuses).select_related(None).order_by("pk")
     last = 0
-    while batch := list(failed.filter(pk__gt=last)[:batch_size]):
+    while batch := list(matching.filter(pk__gt=last)[:batch_size]):
         for job in batch:
             try:
-                retry(job, actor=actor, reason=reason)
-                retried += 1
+                service(job, actor=actor, reason=reason)
+                done += 1
             except IllegalTransition:
                 skipped += 1
         last = batch[-1].pk
-    return retried, skipped
+    return done, skipped
 
 
 def command_worker(worker, command, *, actor=None):
@@ -516,6 +532,6 @@ __all__ = [
     "build_job", "enqueue", "enqueue_many", "resolve",
     "held", "leave_running", "complete_many", "error_entry", "lock_lease", "report_progress",
     "renew_leases", "fail_unserved", "fail_unreadable",
-    "cancel", "pause", "resume", "retry", "retry_matching", "move_to_front", "move_up", "move_down",
+    "cancel", "cancel_matching", "pause", "resume", "retry", "retry_matching", "move_to_front", "move_up", "move_down",
     "set_priority_tier", "set_limit", "set_queue", "command_worker",
 ]
