@@ -158,7 +158,9 @@ def payload_condition(path, values):
             expression = "payload"
             for key in path:
                 expression = KeyTransform(key, expression)
-            condition |= Q(expression.get_lookup("exact")(expression, value))
+            # Built by hand (a key may hold "__"), so the value is given as JSON, as the
+            # field's own lookups pass it to JSON_EXTRACT.
+            condition |= Q(expression.get_lookup("exact")(expression, json.dumps(value)))
     return condition
 
 
