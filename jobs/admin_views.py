@@ -333,8 +333,9 @@ def dashboard(model_admin, request):
 
 
 def _slot_label(start, slot):
+    """A slot's start as the axis says it: the time, and the day too on the day's chart."""
     local = timezone.localtime(start)
-    return local.strftime("%H:%M") if slot < timedelta(days=1) else local.strftime("%Y-%m-%d")
+    return local.strftime("%H:%M") if slot < timedelta(minutes=15) else local.strftime("%d %b %H:%M")
 
 
 def _count(n):
@@ -353,7 +354,7 @@ def dashboard_charts(board):
     running = charts.Chart("running", _("Running jobs"), [("running", _("running"))], fmt=_count)
     for slot in board.slots:
         key = slot.start.isoformat()
-        label = timezone.localtime(slot.start).strftime("%H:%M" if board.range == "hour" else "%d %H:%M")
+        label = _slot_label(slot.start, board.slot)
         finished.columns.append(charts.Column(key, label, {
             "succeeded": slot.succeeded, "failed": slot.failed, "cancelled": slot.cancelled,
             "retried": slot.retried}))
