@@ -29,6 +29,7 @@ from jobs import conf
 from jobs.models import JobStatus
 
 MAX_TEXT = 255  # no field filtered on is longer
+MAX_AGE = timedelta(days=36500)  # older than any job, and far from the calendar's end
 PAYLOAD_PATH = re.compile(r"[^.=\s][^.=]*(\.[^.=\s][^.=]*)*")
 
 
@@ -203,6 +204,12 @@ def _age(text):
     if not text:
         return None
     try:
-        return conf.parse_age(text)
+        age = conf.parse_age(text)
     except ValueError as exc:
         raise FilterError(str(exc)) from None
+    except OverflowError:
+        age = None
+    if age is None or age > MAX_AGE:
+        raise FilterError(_("%(value)r is longer ago than any job; write at most 100 years.")
+                          % {"value": text[:40]})
+    return age

@@ -103,6 +103,7 @@ def test_cancel_with_filters_and_json(queue_state):
 @pytest.mark.parametrize(("args", "said"), [
     (["cancel"], "at least one filter"),
     (["retry", "--older-than", "soon"], "not an age"),
+    (["retry", "--older-than", "99999999999999999999d"], "longer ago than any job"),
     (["retry", "--since", "2024-02-30"], "not a date"),
     (["cancel", "--payload", "novalue"], "key=value"),
     (["cancel", "--state", "gone"], "not a state"),
