@@ -32,7 +32,17 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from jobs import admin_views, dependencies, limits, order, registry, scheduler, selectors, services
+from jobs import (
+    admin_filters,
+    admin_views,
+    dependencies,
+    limits,
+    order,
+    registry,
+    scheduler,
+    selectors,
+    services,
+)
 from jobs.exceptions import IllegalTransition, InvalidPriority
 from jobs.models import (
     CLAIM_ORDER,
@@ -268,7 +278,7 @@ class JobAdmin(admin.ModelAdmin):
     list_display = ["id", "kind_display", "status_with_attempts", "owner", "progress_display",
                     "error_summary"]
     list_display_links = ["id", "kind_display"]
-    list_filter = ["status", QueueFilter, KindFilter]
+    list_filter = ["status", QueueFilter, KindFilter, admin_filters.FieldsFilter]
     list_select_related = ["owner"]
     search_fields = ["kind"]  # see get_search_results
     search_help_text = _("A job's number, its public id, its unique key, or the start of a kind.")
@@ -444,7 +454,12 @@ class JobAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     def changelist_view(self, request, extra_context=None):
-        extra = {"can_retry": self.has_retry_permission(request)}
+        extra = {
+            "can_retry": self.has_retry_permission(request),
+            "can_cancel": self.has_cancel_permission(request),
+            "search_form": admin_filters.JobSearchForm.from_request(request),
+            "other_parameters": admin_filters.other_parameters(request),
+        }
         return super().changelist_view(request, {**extra, **(extra_context or {})})
 
     # --- actions, in bulk (changelist) and one at a time (buttons) ---
@@ -522,9 +537,17 @@ class JobAdmin(admin.ModelAdmin):
             report(request, action, int(changed), int(not changed))
         return HttpResponseRedirect(back)
 
-    def retry_failed_view(self, request):
-        """Retry every FAILED job matching the list's current filters and search."""
-        if not (self.has_view_permission(request) and self.has_retry_permission(request)):
+    # What "all matching" does, per action: the states it takes jobs from, and the service.
+    MATCHING = {
+        "retry": ((JobStatus.FAILED,), services.retry_matching),
+        "cancel": ((JobStatus.READY, JobStatus.PAUSED, JobStatus.RUNNING), services.cancel_matching),
+    }
+
+    def matching_view(self, request, action_name):
+        """Retry or cancel every job matching the list's current filters and search, not only
+        the page: a confirmation naming how many, then the service once per job."""
+        action = ACTIONS[action_name]
+        if not (self.has_view_permission(request) and self._has(request, action.permission)):
             raise PermissionDenied
         back = reverse("admin:jobs_job_changelist") + (f"?{request.GET.urlencode()}" if request.GET else "")
         try:
@@ -532,25 +555,27 @@ class JobAdmin(admin.ModelAdmin):
             matching = changelist.get_queryset(request)
         except IncorrectLookupParameters:
             return HttpResponseRedirect(back)  # the list itself explains what is wrong
+        statuses, service = self.MATCHING[action_name]
         form = ActionOptionsForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
-            retried, skipped = services.retry_matching(matching, actor=request.user,
-                                                       reason=form.cleaned_data["reason"])
-            report(request, ACTIONS["retry"], retried, skipped)
+            changed, skipped = service(matching, actor=request.user, reason=form.cleaned_data["reason"])
+            report(request, action, changed, skipped)
             return HttpResponseRedirect(back)
-        failed = matching.filter(status=JobStatus.FAILED)
+        chosen = matching.filter(status__in=statuses)
         context = {
             **self.admin_site.each_context(request),
-            "title": gettext("Retry failed jobs"),
+            "title": gettext("Retry failed jobs") if action_name == "retry"
+            else gettext("Cancel matching jobs"),
             "opts": self.opts,
+            "action": action,
             "form": form,
-            "failed_count": failed.count(),
-            "sample": failed.order_by("pk")[:50],
+            "matching_count": chosen.count(),
+            "sample": chosen.order_by("pk")[:50],
             "filters": changelist.get_filters_params(),
             "search": changelist.query,
             "back": back,
         }
-        return TemplateResponse(request, "admin/jobs/job/retry_failed.html", context)
+        return TemplateResponse(request, "admin/jobs/job/matching_confirmation.html", context)
 
     def get_urls(self):
         def wrap(view):
@@ -572,7 +597,11 @@ class JobAdmin(admin.ModelAdmin):
             path("workers/", page(admin_views.workers), name="jobs_job_workers"),
             path("workers/<int:worker_id>/<str:command>/", page(admin_views.worker_command),
                  name="jobs_job_worker_command"),
-            path("retry-failed/", wrap(self.retry_failed_view), name="jobs_job_retry_failed"),
+            path("dashboard/", page(admin_views.dashboard), name="jobs_job_dashboard"),
+            path("retry-failed/", wrap(lambda request: self.matching_view(request, "retry")),
+                 name="jobs_job_retry_failed"),
+            path("cancel-matching/", wrap(lambda request: self.matching_view(request, "cancel")),
+                 name="jobs_job_cancel_matching"),
             path("<int:object_id>/do/<str:action_name>/", wrap(self.act_view), name="jobs_job_act"),
             *super().get_urls(),
         ]

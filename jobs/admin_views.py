@@ -1,4 +1,4 @@
-"""The admin's own pages: up next, queues and workers (routed by JobAdmin.get_urls).
+"""The admin's own pages: the dashboard, up next, queues and workers (routed by JobAdmin.get_urls).
 
 Each view takes the JobAdmin first; the admin site has already checked that
 the user is active staff, and each view checks the permission it needs. A
@@ -19,7 +19,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from jobs import bounds, conf, metrics, order, registry, selectors, services
+from jobs import bounds, charts, conf, metrics, order, registry, selectors, services
+from jobs import dashboard as dashboards
 from jobs.exceptions import IllegalTransition
 from jobs.models import Job, JobStatus, Queue, Worker
 
@@ -301,3 +302,63 @@ def timeline(job):
                         "reason": job.error, "attempt": job.attempts or None, "data": ""})
     entries.sort(key=lambda entry: entry["at"])
     return entries
+
+
+# --- Dashboard -----------------------------------------------------------------------------
+
+
+def dashboard(model_admin, request):
+    """The queue over time: finished per minute by outcome, depth, latency, running, slowest kinds."""
+    range_name = request.GET.get("range", "hour")
+    if range_name not in dashboards.RANGES:
+        range_name = "hour"
+    queues = selectors.queue_names()
+    queue = request.GET.get("queue", "")[:100]
+    queue = queue if queue in queues else ""
+    board = dashboards.build(range_name, queue=queue, kind=request.GET.get("kind", "")[:200])
+    kinds = dashboards.kinds_seen(board.start)
+    if board.kind and board.kind not in kinds:
+        board = dashboards.build(range_name, queue=queue)  # a kind nobody ran: every kind
+    return _render(model_admin, request, "dashboard.html", {
+        "title": _("Dashboard"),
+        "board": board,
+        "charts": dashboard_charts(board),
+        "ranges": list(dashboards.RANGE_LABELS.items()),
+        "queues": queues,
+        "kinds": kinds,
+        "slot_minutes": int(board.slot.total_seconds() // 60),
+        "first_label": _slot_label(board.slots[0].start, board.slot),
+        "last_label": _slot_label(board.slots[-1].start, board.slot),
+    })
+
+
+def _slot_label(start, slot):
+    """A slot's start as the axis says it: the time, and the day too on the day's chart."""
+    local = timezone.localtime(start)
+    return local.strftime("%H:%M") if slot < timedelta(minutes=15) else local.strftime("%d %b %H:%M")
+
+
+def _count(n):
+    return f"{n:,}"
+
+
+def dashboard_charts(board):
+    """The dashboard's charts, one column per slot of `board`."""
+    finished = charts.Chart("finished", _("Jobs finished, by outcome"), [
+        ("succeeded", _("succeeded")), ("failed", _("failed")), ("cancelled", _("cancelled")),
+        ("retried", _("retried"))], fmt=_count)
+    depth = charts.Chart("depth", _("Queue depth (runnable jobs)"), [("ready", _("runnable"))],
+                         fmt=_count)
+    latency = charts.Chart("latency", _("Latency (the oldest runnable job's wait)"),
+                           [("latency_s", _("waited"))], fmt=seconds_text)
+    running = charts.Chart("running", _("Running jobs"), [("running", _("running"))], fmt=_count)
+    for slot in board.slots:
+        key = slot.start.isoformat()
+        label = _slot_label(slot.start, board.slot)
+        finished.columns.append(charts.Column(key, label, {
+            "succeeded": slot.succeeded, "failed": slot.failed, "cancelled": slot.cancelled,
+            "retried": slot.retried}))
+        depth.columns.append(charts.Column(key, label, {"ready": slot.ready}))
+        latency.columns.append(charts.Column(key, label, {"latency_s": slot.latency_s}))
+        running.columns.append(charts.Column(key, label, {"running": slot.running}))
+    return [finished, depth, latency, running]

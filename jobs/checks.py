@@ -23,6 +23,10 @@ def check_settings(app_configs=None, **kwargs):
         conf.prune_after()
     except ImproperlyConfigured as exc:
         errors.append(checks.Error(str(exc), id="jobs.E002"))
+    try:
+        conf.failure_targets()
+    except ImproperlyConfigured as exc:
+        errors.append(checks.Error(str(exc), id="jobs.E004"))
     if errors:
         return errors  # the comparisons below read those numbers
     from jobs.cv.transport import CVConfig

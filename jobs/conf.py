@@ -8,9 +8,11 @@ it in its settings module (Haulage's does, for every name here).
 
 import re
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.validators import validate_email
 from django.utils.translation import gettext as _
 
 DEFAULTS = {
@@ -47,6 +49,8 @@ DEFAULTS = {
     "JOBS_MIGRATION_WAIT_SECONDS": 600.0,
     # The span the flow metrics (haulage_recent_*) describe.
     "JOBS_METRICS_WINDOW_SECONDS": 600.0,
+    # Failure notices: at most one message per kind, error code and target this often.
+    "JOBS_FAILURE_NOTIFY_WINDOW_SECONDS": 900.0,
     # The CV transport (Redis): heartbeats of CV workers, status and dedupe lifetimes.
     "CV_HEARTBEAT_TTL_S": 15.0,  # a CV worker silent this long has its jobs returned
     "CV_HEARTBEAT_INTERVAL_S": 5.0,
@@ -67,6 +71,9 @@ OTHER_DEFAULTS = {
     "JOBS_QUEUES": {},  # starting settings of queues: {"insights": {"concurrency": 1, ...}}
     "JOBS_PRUNE_AFTER": "30d",  # the default age of `prunejobs`
     "METRICS_TOKEN": "",  # when set, /metrics wants `Authorization: Bearer <it>`
+    # E-mail addresses and/or http(s) webhook URLs told when a job fails for good.
+    "JOBS_FAILURE_NOTIFY": [],
+    "JOBS_SITE_URL": "",  # e.g. https://haulage.example.com: makes notices' admin links absolute
     "REDIS_URL": "",  # the CV transport's Redis; empty: the embedded local mode
     "CV_REDIS_PREFIX": "haulage",  # prefix of every Redis key
 }
@@ -115,6 +122,34 @@ def prune_after():
         return parse_age(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"JOBS_PRUNE_AFTER: {exc}") from None
+
+
+def failure_targets():
+    """JOBS_FAILURE_NOTIFY as (e-mail addresses, webhook URLs); ImproperlyConfigured names a bad entry.
+
+    A list, or one string of entries separated by commas.
+    """
+    raw = getattr(settings, "JOBS_FAILURE_NOTIFY", [])
+    entries = raw.split(",") if isinstance(raw, str) else list(raw)
+    emails, urls = [], []
+    for entry in (str(e).strip() for e in entries):
+        if not entry:
+            continue
+        if "://" in entry:
+            parts = urlsplit(entry)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ImproperlyConfigured(
+                    f"JOBS_FAILURE_NOTIFY: {entry!r} is not an http(s) URL with a host.")
+            urls.append(entry)
+        else:
+            try:
+                validate_email(entry)
+            except ValidationError:
+                raise ImproperlyConfigured(
+                    f"JOBS_FAILURE_NOTIFY: {entry!r} is neither an e-mail address nor an "
+                    "http(s) URL.") from None
+            emails.append(entry)
+    return emails, urls
 
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)

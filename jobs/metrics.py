@@ -6,12 +6,16 @@ kinds of numbers:
 
 - *State* is read as it is now: jobs by queue and state, the age of the
   longest-waiting runnable job per queue, each live worker's heartbeat age.
-- *Flow* (claims, failures, retries, durations) is read over the last
-  `JOBS_METRICS_WINDOW_SECONDS` (default 600) and exposed as gauges and a
-  gauge histogram, not as counters: totals computed from the tables would
-  drop whenever `prunejobs` deletes history, and Prometheus reads a drop as a
-  counter reset (a false spike in `rate()`). Alert on the window values
-  directly, e.g. `haulage_recent_job_failures > 10`.
+- *Flow* (finished jobs by outcome, failures, retries, durations) is read
+  from the per-minute rollup (jobs/rollup.py), the same rows the admin's
+  dashboard charts, over the whole minutes of the last
+  `JOBS_METRICS_WINDOW_SECONDS` (default 600, the current minute included),
+  and exposed as gauges and a gauge histogram, not as counters: totals
+  computed from the tables would drop whenever `prunejobs` deletes history,
+  and Prometheus reads a drop as a counter reset (a false spike in
+  `rate()`). Alert on the window values directly, e.g.
+  `haulage_recent_job_failures > 10`. Claims are read from the jobs' own
+  start times through the indexed states.
 
 Counting stays cheap with millions of finished rows: READY and RUNNING jobs
 are counted exactly through their partial indexes; the other states are
@@ -23,7 +27,7 @@ import hmac
 from datetime import timedelta
 
 from django.contrib.auth.decorators import login_not_required
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Subquery, Sum
+from django.db.models import Count, Min, Q
 from django.http import HttpResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -35,18 +39,13 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from jobs import conf, queries, scheduler, selectors
-from jobs.models import FINISHED_STATUSES, Job, JobEvent, JobStatus, Outcome, Queue, Worker
-from jobs.outcome import RETRYING
+from jobs import conf, queries, rollup, scheduler, selectors
+from jobs.models import FINISHED_STATUSES, Job, JobStatus, Queue, Worker
 
 # Below this many rows every state is counted exactly; above it only the
 # states with a partial index are (a COUNT over millions of finished rows
 # takes seconds on every page refresh and scrape).
 EXACT_COUNT_ROWS = 200_000
-# Job events read (newest first) to find the window's retries: the events
-# table has no index on time, so the scan is bounded instead.
-EVENT_SCAN_ROWS = 50_000
-DURATION_BUCKETS_S = (1, 5, 15, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600)
 
 
 # --- Counts ----------------------------------------------------------------
@@ -121,26 +120,19 @@ def queue_latencies(now=None):
 
 
 def durations(since):
-    """{kind: ([(bucket upper bound, cumulative count)...], count, sum_s)} of jobs finished since.
-
-    The duration is the last attempt's (started → finished); the finished-jobs
-    partial index makes the window a range scan.
-    """
-    took = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
-    finished = Job.objects.filter(
-        status__in=[JobStatus.SUCCESSFUL, JobStatus.FAILED], finished_at__gte=since,
-        started_at__isnull=False,
-    ).annotate(took=took)
-    buckets = {f"le{i}": Count("pk", filter=Q(took__lte=timedelta(seconds=bound)))
-               for i, bound in enumerate(DURATION_BUCKETS_S)}
-    rows = finished.order_by().values("kind").annotate(n=Count("pk"), total=Sum("took"), **buckets)
+    """{kind: ([(bucket upper bound, cumulative count)...], count, sum_s)} of jobs that succeeded
+    or failed from the minute of `since` on (the last attempt's run time), from the rollup."""
     result = {}
-    for row in rows:
-        total = row["total"]
-        seconds = total.total_seconds() if isinstance(total, timedelta) else (total or 0) / 1e6
-        counts = [(floatToGoString(bound), row[f"le{i}"]) for i, bound in enumerate(DURATION_BUCKETS_S)]
-        result[row["kind"]] = (counts + [("+Inf", row["n"])], row["n"], seconds)
+    for (kind,), totals in rollup.totals(since, by=("kind",)).items():
+        if totals.took_count:
+            buckets = [(floatToGoString(bound), n) for bound, n in totals.cumulative()]
+            result[kind] = (buckets, totals.took_count, totals.took_sum_s)
     return result
+
+
+def recent_finished(since):
+    """{(queue, kind): Totals} from the minute of `since` on, from the rollup."""
+    return rollup.totals(since, by=("queue", "kind"))
 
 
 def recent_claims(since):
@@ -158,16 +150,12 @@ def recent_claims(since):
 
 def recent_failures(since):
     """{kind: jobs that ended FAILED since} (attempts that will be retried are retries)."""
-    rows = Job.objects.filter(status=JobStatus.FAILED, finished_at__gte=since)
-    return dict(rows.order_by().values_list("kind").annotate(n=Count("pk")))
+    return {kind: t.failed for (kind,), t in rollup.totals(since, by=("kind",)).items() if t.failed}
 
 
 def recent_retries(since):
     """{kind: attempts since that failed and were scheduled again, or whose lease expired}."""
-    newest = JobEvent.objects.order_by("-id").values("id")[:EVENT_SCAN_ROWS]
-    again = Q(kind__in=RETRYING, data__status=JobStatus.READY) | Q(kind=Outcome.EXPIRED)
-    rows = JobEvent.objects.filter(again, pk__in=Subquery(newest), at__gte=since)
-    return dict(rows.order_by().values_list("job__kind").annotate(n=Count("pk")))
+    return {kind: t.retried for (kind,), t in rollup.totals(since, by=("kind",)).items() if t.retried}
 
 
 def schedule_lateness(now):
@@ -199,6 +187,7 @@ class QueueCollector(Collector):
         now = timezone.now()
         window = conf.JOBS_METRICS_WINDOW_SECONDS
         since = now - timedelta(seconds=window)
+        counted_from = rollup.window_start(window, now)  # the rollup's whole minutes
         queue_rows = {row.name: row for row in Queue.objects.all()}
 
         jobs = GaugeMetricFamily(
@@ -238,17 +227,25 @@ class QueueCollector(Collector):
             "haulage_job_duration_seconds",
             "Run time of the last attempt of jobs finished within the recent window, by kind.",
             labels=["kind"])
-        for kind, (buckets, _count, total_s) in sorted(durations(since).items()):
+        for kind, (buckets, _count, total_s) in sorted(durations(counted_from).items()):
             took.add_metric([kind], buckets, gsum_value=total_s)
         yield took
+        finished = GaugeMetricFamily(
+            "haulage_recent_jobs_finished",
+            "Jobs finished within the recent window by queue, kind and outcome (succeeded, "
+            "failed, cancelled), and attempts retried.", labels=["queue", "kind", "outcome"])
+        for (queue, kind), totals in sorted(recent_finished(counted_from).items()):
+            for outcome in rollup.COUNTS:
+                finished.add_metric([queue, kind, outcome], getattr(totals, outcome))
+        yield finished
         for name, text, values in (
             ("haulage_recent_job_claims", "Jobs started within the recent window, by kind.",
              recent_claims(since)),
             ("haulage_recent_job_failures", "Jobs that failed for good within the recent window.",
-             recent_failures(since)),
+             recent_failures(counted_from)),
             ("haulage_recent_job_retries",
              "Attempts within the recent window that failed and were scheduled again, or lost "
-             "their lease.", recent_retries(since)),
+             "their lease.", recent_retries(counted_from)),
         ):
             family = GaugeMetricFamily(name, text, labels=["kind"])
             for kind, n in sorted(values.items()):

@@ -360,3 +360,113 @@ class ConcurrencyLimit(models.Model):
 
     def __str__(self):
         return f"{self.key} ≤ {self.limit}"
+
+
+# Upper bounds (seconds) of the duration histogram's buckets; the last column
+# counts what took longer. Enough resolution for p50/p95 of jobs that take a
+# tenth of a second to an hour (jobs/rollup.py interpolates within a bucket).
+DURATION_BOUNDS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
+DURATION_COLUMNS = tuple(f"took_{i:02d}" for i in range(len(DURATION_BOUNDS_S) + 1))
+
+
+class JobRollup(models.Model):
+    """What finished in one minute, for one queue and kind: written by jobs/rollup.py in the
+    transaction that finishes each job, so a rolled-back transition counts nothing.
+
+    The dashboard and `/metrics` read only these rows (never a scan of jobs); they are
+    pruned with the job history.
+    """
+
+    queue = models.CharField(max_length=100)
+    kind = models.CharField(max_length=200)
+    minute = models.DateTimeField()  # the start of the minute (UTC), seconds zero
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)  # for good
+    cancelled = models.PositiveIntegerField(default=0)
+    retried = models.PositiveIntegerField(default=0)  # attempts that failed and go again
+    # Run time of the last attempt of jobs that succeeded or failed: count, sum, max,
+    # and a histogram (one column per DURATION_BOUNDS_S bucket, then "longer").
+    took_count = models.PositiveIntegerField(default=0)
+    took_sum_s = models.FloatField(default=0)
+    took_max_s = models.FloatField(default=0)
+    took_00 = models.PositiveIntegerField(default=0)
+    took_01 = models.PositiveIntegerField(default=0)
+    took_02 = models.PositiveIntegerField(default=0)
+    took_03 = models.PositiveIntegerField(default=0)
+    took_04 = models.PositiveIntegerField(default=0)
+    took_05 = models.PositiveIntegerField(default=0)
+    took_06 = models.PositiveIntegerField(default=0)
+    took_07 = models.PositiveIntegerField(default=0)
+    took_08 = models.PositiveIntegerField(default=0)
+    took_09 = models.PositiveIntegerField(default=0)
+    took_10 = models.PositiveIntegerField(default=0)
+    took_11 = models.PositiveIntegerField(default=0)
+    took_12 = models.PositiveIntegerField(default=0)
+    took_13 = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("job rollup")
+        verbose_name_plural = _("job rollups")
+        constraints = [
+            # The upsert's conflict target: one row per queue, kind and minute.
+            models.UniqueConstraint(fields=["queue", "kind", "minute"], name="jobs_rollup_unique"),
+        ]
+        # Every read is "since some minute"; the prune deletes "before" one.
+        indexes = [models.Index(fields=["minute"], name="jobs_rollup_minute")]
+
+    def __str__(self):
+        return f"{self.queue}/{self.kind} at {self.minute:%Y-%m-%d %H:%M}"
+
+
+class QueueSample(models.Model):
+    """A queue's state at the start of one minute: what waits, how long the oldest has waited,
+    what runs. Taken by whichever worker first sees the minute without one (jobs/rollup.py),
+    from the partial indexes' counts."""
+
+    queue = models.CharField(max_length=100)
+    minute = models.DateTimeField()
+    ready = models.PositiveIntegerField(default=0)  # runnable now (not parked, not scheduled)
+    waiting = models.PositiveIntegerField(default=0)  # READY in all: parked and scheduled too
+    running = models.PositiveIntegerField(default=0)
+    latency_s = models.FloatField(default=0)  # age of the oldest runnable job
+
+    class Meta:
+        verbose_name = _("queue sample")
+        verbose_name_plural = _("queue samples")
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "minute"], name="jobs_queuesample_unique"),
+        ]
+        indexes = [models.Index(fields=["minute"], name="jobs_queuesample_minute")]
+
+    def __str__(self):
+        return f"{self.queue} at {self.minute:%Y-%m-%d %H:%M}"
+
+
+class FailureNotice(models.Model):
+    """Failures of one kind and error code not yet told to one notice target (jobs/notices.py).
+
+    Every job that fails for good adds one to `pending` in its final
+    transaction; at most one notice job is `scheduled` per row at a time, and
+    the notice that tells them takes its count back when it succeeds: an outage
+    sends one message per JOBS_FAILURE_NOTIFY_WINDOW_SECONDS, saying how many failed.
+    """
+
+    target = models.CharField(max_length=64)  # a digest of the address: no secret in the table
+    kind = models.CharField(max_length=200)
+    error_code = models.CharField(max_length=50, blank=True, default="")
+    pending = models.PositiveIntegerField(default=0)  # failures not told yet
+    since = models.DateTimeField(null=True, blank=True)  # the first of them
+    last_job_id = models.BigIntegerField(null=True, blank=True)  # not a key: pruning may take it
+    scheduled = models.BooleanField(default=False)  # a notice job is queued or running
+    sent_at = models.DateTimeField(null=True, blank=True)  # the last notice told
+
+    class Meta:
+        verbose_name = _("failure notice")
+        verbose_name_plural = _("failure notices")
+        constraints = [
+            models.UniqueConstraint(fields=["target", "kind", "error_code"],
+                                    name="jobs_failurenotice_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} [{self.error_code}]: {self.pending} pending"

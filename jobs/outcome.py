@@ -74,7 +74,9 @@ def record(job, outcome, *, error="", code=None, exc=None, delay_s=None, result=
             logging.WARNING if outcome in RETRYING else logging.INFO)
         changed = services.leave_running(job, _event(outcome, status), status=status,
                                          expired=expired, reason=fields.get("error") or error,
-                                         level=level, exc=exc, data=data, **fields)
+                                         level=level, exc=exc, data=data,
+                                         retried=outcome in RETRYING and status == JobStatus.READY,
+                                         **fields)
         final = changed and status in FINISHED_STATUSES
     if changed:
         _clean_up(job, outcome, final=final)

@@ -6,6 +6,10 @@ foreign key declared `on_delete=models.SET_NULL`, so pruning a job clears the
 pointer and leaves the row. A foreign key to Job that would cascade (or
 protect) is refused before anything is deleted: see `unsafe_relations`.
 
+The per-minute rollup and queue samples (jobs/rollup.py, jobs/sampling.py)
+older than the same age go with them, so the dashboard and `/metrics` never
+describe a span whose jobs are gone, and the tables stay bounded.
+
 Each batch is its own short transaction that locks only the rows it deletes
 (skipping rows someone else holds), so pruning millions of rows never blocks
 the claim, a staff action or a retry for longer than one batch.
@@ -19,8 +23,8 @@ from django.db import models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import queries
-from jobs.models import FINISHED_STATUSES, Job, JobDependency, JobEvent
+from jobs import queries, rollup, sampling
+from jobs.models import FINISHED_STATUSES, FailureNotice, Job, JobDependency, JobEvent
 
 BATCH_SIZE = 1000
 
@@ -46,6 +50,7 @@ class Pruned:
     jobs: int = 0
     events: int = 0
     batches: int = 0
+    rollups: int = 0  # per-minute rows: rollups, queue samples, idle failure notices
 
 
 def prune_finished(older_than, *, batch_size=BATCH_SIZE, pause_s=0.0, now=None):
@@ -86,4 +91,12 @@ def prune_finished(older_than, *, batch_size=BATCH_SIZE, pause_s=0.0, now=None):
             break
         if pause_s:
             time.sleep(pause_s)  # let replicas and autovacuum keep up on very large prunes
+    pruned.rollups = rollup.prune(cutoff) + sampling.prune(cutoff) + _prune_notices(cutoff)
     return pruned
+
+
+def _prune_notices(cutoff):
+    """Failure notice rows with nothing pending and nothing said since the cutoff."""
+    idle = FailureNotice.objects.filter(pending=0, scheduled=False, sent_at__lt=cutoff)
+    deleted, _by_model = idle.delete()
+    return deleted

@@ -13,7 +13,14 @@ import uuid
 from django.db import connection
 
 from jobs import bounds, order
-from jobs.models import LIVE_STATUSES, Job
+from jobs.models import (
+    DURATION_COLUMNS,
+    LIVE_STATUSES,
+    FailureNotice,
+    Job,
+    JobRollup,
+    QueueSample,
+)
 
 
 def is_postgres():
@@ -345,6 +352,73 @@ def complete_batch(rows):
         params,
     )
     return {job_id: bool(has_dependents) for job_id, has_dependents in done}
+
+
+# --- The per-minute rollup (jobs/rollup.py) -----------------------------------------
+
+_ROLLUP_ADDED = ("succeeded", "failed", "cancelled", "retried", "took_count", "took_sum_s",
+                 *DURATION_COLUMNS)
+
+
+def upsert_rollup(rows):
+    """Add (queue, kind, minute, {column: amount}) rows to the rollup: insert, or add to the row
+    already there.
+
+    ON CONFLICT ... DO UPDATE is one statement on PostgreSQL and SQLite alike:
+    racing writers of one minute each add their own share, none is lost. The
+    rows must be distinct and sorted (one statement may not touch a row twice,
+    and a fixed order keeps two writers from deadlocking).
+    """
+    columns = ("queue", "kind", "minute", *_ROLLUP_ADDED, "took_max_s")
+    minute_field = JobRollup._meta.get_field("minute")
+    params, values = [], []
+    for queue, kind, minute, amounts in rows:
+        values.append("(" + ", ".join(["%s"] * len(columns)) + ")")
+        params += [queue, kind, minute_field.get_db_prep_value(minute, connection),
+                   *(amounts[name] for name in _ROLLUP_ADDED), amounts["took_max_s"]]
+    added = ", ".join(f"{name} = jobs_jobrollup.{name} + excluded.{name}" for name in _ROLLUP_ADDED)
+    _execute(
+        f"INSERT INTO jobs_jobrollup ({', '.join(columns)}) VALUES {', '.join(values)} "
+        f"ON CONFLICT (queue, kind, minute) DO UPDATE SET {added}, "
+        "took_max_s = CASE WHEN excluded.took_max_s > jobs_jobrollup.took_max_s "
+        "THEN excluded.took_max_s ELSE jobs_jobrollup.took_max_s END",
+        params,
+    )
+
+
+def insert_samples(rows):
+    """Insert (queue, minute, ready, waiting, running, latency_s) samples; a minute a worker
+    sampled first keeps that worker's."""
+    if not rows:
+        return
+    minute_field = QueueSample._meta.get_field("minute")
+    params, values = [], []
+    for queue, minute, *numbers in rows:
+        values.append("(%s, %s, %s, %s, %s, %s)")
+        params += [queue, minute_field.get_db_prep_value(minute, connection), *numbers]
+    _execute(
+        "INSERT INTO jobs_queuesample (queue, minute, ready, waiting, running, latency_s) "
+        f"VALUES {', '.join(values)} ON CONFLICT (queue, minute) DO NOTHING",
+        params,
+    )
+
+
+def count_failure(target, kind, error_code, job_id, at):
+    """One more failure of `kind` with `error_code` for a notice target (jobs/notices.py).
+
+    An upsert, so the first failures of an outage racing to create the row
+    all count; the row stays locked until the failing job's transaction ends.
+    """
+    since = FailureNotice._meta.get_field("since").get_db_prep_value(at, connection)
+    _execute(
+        "INSERT INTO jobs_failurenotice (target, kind, error_code, pending, since, last_job_id, "
+        "scheduled) VALUES (%s, %s, %s, 1, %s, %s, %s) "
+        "ON CONFLICT (target, kind, error_code) DO UPDATE SET "
+        "pending = jobs_failurenotice.pending + 1, "
+        "since = COALESCE(jobs_failurenotice.since, excluded.since), "
+        "last_job_id = excluded.last_job_id",
+        [target, kind, error_code, since, job_id, False],
+    )
 
 
 # --- Wake-ups ------------------------------------------------------------------

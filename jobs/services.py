@@ -27,10 +27,12 @@ from jobs import (
     dependencies,
     history,
     limits,
+    notices,
     order,
     payloads,
     queries,
     registry,
+    rollup,
     signals,
     wakeup,
 )
@@ -278,29 +280,55 @@ def _notify(queue):
 notify_queue = _notify
 
 
-def _finished(job, status, *, has_dependents=None, **fields):
-    """In the transaction that gave `job` its final state: its dependents decided, the kind's
-    own record of it, then the `job_finished` signal once that transaction commits.
+# How the rollup counts each final state (jobs/rollup.py).
+_COUNTED = {JobStatus.SUCCESSFUL: "succeeded", JobStatus.FAILED: "failed",
+            JobStatus.CANCELLED: "cancelled"}
 
-    `has_dependents` is the row's flag when the caller's UPDATE returned it; read
-    otherwise, after that UPDATE, which waited for any link being made meanwhile.
+
+def _finished(entries, status, *, ran, has_dependents=None):
+    """In the transaction that gave jobs their final `status`: their dependents decided, the
+    rollup's count of them, the kind's own record of each, a failure notice, then the
+    `job_finished` signal once that transaction commits.
+
+    `entries` are (job, the row's new values); `ran` when they left RUNNING
+    (so their attempt's run time is a duration worth charting). `has_dependents`
+    holds the ids whose row was flagged when the caller's UPDATE returned the flag;
+    read otherwise, after that UPDATE, which waited for any link being made meanwhile.
     """
+    if not entries:
+        return
     if has_dependents is None:
-        has_dependents = Job.objects.filter(pk=job.pk, has_dependents=True).exists()
-    if has_dependents:
-        dependencies.parents_ended([job.pk])
-    job.status = status
-    for name, value in fields.items():
-        setattr(job, name, value)
-    job.finished_at = job.finished_at or timezone.now()
-    finished = registry.policy(job.kind).finished
-    if finished is not None:
-        try:
-            with transaction.atomic():  # a savepoint: a failing copy must not undo the transition
-                finished(job)
-        except Exception:  # noqa: BLE001 - a worker never dies of an app's data
-            log.exception("the %s kind's record of job %s's end failed", job.kind, job.pk)
-    transaction.on_commit(lambda: signals.job_finished.send(Job, job=job))
+        has_dependents = set(Job.objects.filter(pk__in=[job.pk for job, _fields in entries],
+                                                has_dependents=True).values_list("pk", flat=True))
+    parents = [job.pk for job, _fields in entries if job.pk in has_dependents]
+    if parents:
+        dependencies.parents_ended(parents)
+    now = timezone.now()
+    for job, fields in entries:
+        job.status = status
+        for name, value in fields.items():
+            setattr(job, name, value)
+        job.finished_at = job.finished_at or now
+    timed = ran and status != JobStatus.CANCELLED  # a cancel cuts an attempt short
+    _guarded(rollup.count, [(job, _COUNTED[status], rollup.took_s(job, now) if timed else None)
+                            for job, _fields in entries], now=now, what="the rollup's count")
+    for job, _fields in entries:
+        finished = registry.policy(job.kind).finished
+        if finished is not None:
+            _guarded(finished, job, what=f"the {job.kind} kind's record of job {job.pk}'s end")
+        if status == JobStatus.FAILED:
+            _guarded(notices.job_failed, job, what=f"the failure notice of job {job.pk}")
+        transaction.on_commit(lambda job=job: signals.job_finished.send(Job, job=job))
+
+
+def _guarded(write, *args, what, **kwargs):
+    """`write(...)` in a savepoint: if it fails, it is undone and logged, and the transition it
+    rides on still commits (a worker never dies of an app's data, nor of its own bookkeeping)."""
+    try:
+        with transaction.atomic():
+            write(*args, **kwargs)
+    except Exception:  # noqa: BLE001
+        log.exception("%s failed", what)
 
 
 # --- Transitions out of RUNNING (jobs/outcome.py chooses them) ------------------
@@ -321,11 +349,12 @@ _END_LEASE = {"worker": None, "lease_token": None, "lease_expires_at": None, "bl
 
 
 def leave_running(job, outcome, *, status, expired=False, reason="", level=logging.INFO, exc=None,
-                  data=None, **fields):
+                  data=None, retried=False, **fields):
     """RUNNING → `status` for this attempt's `outcome`: one guarded UPDATE; False if it matched nothing.
 
     In the same transaction: the job's slots are freed (and its queue rests),
-    and the transition is noted. `fields` are the row's other changes.
+    and the transition is noted. `fields` are the row's other changes;
+    `retried` says the attempt failed and the job goes again (the rollup counts it).
     """
     with transaction.atomic():
         changed = held(job, expired=expired).update(status=status, **fields, **_END_LEASE)
@@ -334,11 +363,13 @@ def leave_running(job, outcome, *, status, expired=False, reason="", level=loggi
             history.note(job, outcome, status=status, reason=reason, level=level, exc=exc,
                          **(data or {}))
             if status == JobStatus.READY:
+                if retried:
+                    _guarded(rollup.count, [(job, "retried", None)], what="the rollup's count")
                 _notify(job.queue)
             elif status != JobStatus.PAUSED:
-                _finished(job, status, error=fields.get("error", job.error),
-                          error_code=fields.get("error_code", job.error_code),
-                          errors=fields.get("errors", job.errors))
+                _finished([(job, {"error": fields.get("error", job.error),
+                                  "error_code": fields.get("error_code", job.error_code),
+                                  "errors": fields.get("errors", job.errors)})], status, ran=True)
     return bool(changed)
 
 
@@ -352,9 +383,8 @@ def complete_many(jobs_results):
         finished = [job for job, _result in jobs_results if job.pk in done]
         limits.left_running(finished)
         history.note_many(finished, Outcome.SUCCEEDED, status=JobStatus.SUCCESSFUL)
-        for job, result in jobs_results:
-            if job.pk in done:
-                _finished(job, JobStatus.SUCCESSFUL, has_dependents=done[job.pk], result=result)
+        _finished([(job, {"result": result}) for job, result in jobs_results if job.pk in done],
+                  JobStatus.SUCCESSFUL, ran=True, has_dependents={pk for pk, flag in done.items() if flag})
     return list(done)
 
 
@@ -417,7 +447,7 @@ def _leave_ready(job, status, event, *, reason, code, level=logging.INFO, actor=
         status=status, finished_at=Now(), error=str(reason), error_code=code, blocked_key=None)
     if changed:
         history.note(job, event, status=status, reason=reason, level=level, actor=actor, code=code)
-        _finished(job, status, error=str(reason), error_code=code)
+        _finished([(job, {"error": str(reason), "error_code": code})], status, ran=False)
     return bool(changed)
 
 
@@ -503,23 +533,39 @@ def retry(job, *, actor=None, reason=""):
 
 
 def retry_matching(queryset, *, actor=None, reason="", batch_size=500):
-    """Retry every FAILED job of `queryset`, one `retry()` each; returns (retried, skipped).
+    """Retry every FAILED job of `queryset`, one `retry()` each; returns (retried, skipped)."""
+    return _each_matching(queryset, [JobStatus.FAILED], retry, actor=actor, reason=reason,
+                          batch_size=batch_size)
+
+
+def cancel_matching(queryset, *, actor=None, reason="", batch_size=500):
+    """Cancel every live job of `queryset`, one `cancel()` each; returns (cancelled, skipped).
+
+    Running jobs are asked to stop, as `cancel()` does for one.
+    """
+    return _each_matching(queryset, [JobStatus.READY, JobStatus.PAUSED, JobStatus.RUNNING], cancel,
+                          actor=actor, reason=reason, batch_size=batch_size)
+
+
+def _each_matching(queryset, statuses, service, *, actor, reason, batch_size):
+    """`service(job)` for every job of `queryset` in `statuses`; (done, skipped).
 
     Walks the ids in primary-key batches, so a filter that matches millions of
-    jobs never loads them at once or holds one long transaction.
+    jobs never loads them at once or holds one long transaction; a job whose
+    state changed meanwhile is skipped.
     """
-    retried = skipped = 0
-    failed = queryset.filter(status=JobStatus.FAILED).select_related(None).order_by("pk")
+    done = skipped = 0
+    matching = queryset.filter(status__in=statuses).select_related(None).order_by("pk")
     last = 0
-    while batch := list(failed.filter(pk__gt=last)[:batch_size]):
+    while batch := list(matching.filter(pk__gt=last)[:batch_size]):
         for job in batch:
             try:
-                retry(job, actor=actor, reason=reason)
-                retried += 1
+                service(job, actor=actor, reason=reason)
+                done += 1
             except IllegalTransition:
                 skipped += 1
         last = batch[-1].pk
-    return retried, skipped
+    return done, skipped
 
 
 def command_worker(worker, command, *, actor=None):
@@ -544,7 +590,7 @@ __all__ = [
     "build_job", "enqueue", "enqueue_many", "resolve",
     "held", "leave_running", "complete_many", "error_entry", "lock_lease", "report_progress",
     "renew_leases", "fail_unserved", "fail_unreadable",
-    "cancel", "pause", "resume", "retry", "retry_matching", "move_to_front", "move_up", "move_down",
-    "set_priority_tier", "set_limit", "set_rate", "set_queue", "command_worker", "cancel_dependent",
-    "notify_queue",
+    "cancel", "cancel_matching", "pause", "resume", "retry", "retry_matching", "move_to_front",
+    "move_up", "move_down", "set_priority_tier", "set_limit", "set_rate", "set_queue",
+    "command_worker", "cancel_dependent", "notify_queue",
 ]

@@ -4,8 +4,8 @@
 
 Threads: the main loop claims; executor threads run handlers (or supervise
 child processes); the completer records successes in batches; the heartbeat
-thread beats, renews leases, routes cancel/pause requests, enforces timeouts
-and runs the reaper; on PostgreSQL a listener thread turns NOTIFY into
+thread beats, renews leases, routes cancel/pause requests, enforces timeouts,
+runs the reaper and samples its queues for the dashboard; on PostgreSQL a listener thread turns NOTIFY into
 wake-ups. How each attempt ends is recorded through jobs/outcome.py.
 """
 
@@ -30,6 +30,7 @@ from jobs import (
     queries,
     reaper,
     registry,
+    sampling,
     services,
     wakeup,
 )
@@ -373,7 +374,7 @@ class Worker:
     # --- heartbeat, leases, stop requests, timeouts, reaper ------------------
 
     def heartbeat_loop(self):
-        next_beat = next_rescue = 0.0
+        next_beat = next_rescue = next_sample = 0.0
         while not self.exited.is_set():
             try:
                 now = time.monotonic()
@@ -386,6 +387,9 @@ class Worker:
                 if now >= next_rescue:
                     self.reap()
                     next_rescue = now + conf.JOBS_RESCUE_INTERVAL_SECONDS
+                if now >= next_sample:
+                    next_sample = now + conf.JOBS_HEARTBEAT_SECONDS
+                    sampling.take(self.queues)  # once a minute per queue across the fleet
             except DatabaseError as exc:
                 log.warning("heartbeat failed (%s); retrying", exc.__class__.__name__)
                 self.reset_connection()

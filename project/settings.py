@@ -121,6 +121,10 @@ JOBS_HANDLER_MODULES = env.get_list("JOBS_HANDLER_MODULES")
 JOBS_PRUNE_AFTER = env.get_str("JOBS_PRUNE_AFTER", jobs_conf.OTHER_DEFAULTS["JOBS_PRUNE_AFTER"])
 METRICS_TOKEN = env.get_str("METRICS_TOKEN").strip()
 CV_REDIS_PREFIX = env.get_str("CV_REDIS_PREFIX", jobs_conf.OTHER_DEFAULTS["CV_REDIS_PREFIX"])
+# Told when a job fails for good (jobs/notices.py): e-mail addresses and/or
+# http(s) webhook URLs, separated by commas; admin links start with JOBS_SITE_URL.
+JOBS_FAILURE_NOTIFY = env.get_list("JOBS_FAILURE_NOTIFY")
+JOBS_SITE_URL = env.get_str("JOBS_SITE_URL").strip().rstrip("/")
 
 # Django's @task functions run on Haulage's engine (jobs/backend.py).
 TASKS = {
@@ -163,6 +167,22 @@ Q_CLUSTER = {
     "guard_cycle": env.get_number("SCHEDULER_GUARD_CYCLE_SECONDS", 0.5, minimum=0.1),
     "label": _("Schedules"),
 }
+
+# --- Mail (failure notices) ---------------------------------------------------
+MAILERS = {
+    "default": {
+        "BACKEND": env.get_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend"),
+        "OPTIONS": {
+            "host": env.get_str("EMAIL_HOST", "localhost"),
+            "port": env.get_number("EMAIL_PORT", 25, int, minimum=1),
+            "username": env.get_str("EMAIL_HOST_USER"),
+            "password": env.get_str("EMAIL_HOST_PASSWORD"),
+            "use_tls": env.get_bool("EMAIL_USE_TLS", False),
+            "timeout": env.get_number("EMAIL_TIMEOUT", 10, int, minimum=1),  # a dead server fails the try
+        },
+    },
+}
+DEFAULT_FROM_EMAIL = env.get_str("DEFAULT_FROM_EMAIL", "haulage@localhost")
 
 # --- Redis (unset = embedded local mode) ----------------------------------
 REDIS_URL = env.get_redis_url("REDIS_URL")

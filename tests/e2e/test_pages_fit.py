@@ -76,7 +76,8 @@ def user_pages(video):
 
 
 def admin_pages(job_id):
-    return {"admin-up-next": "/admin/jobs/job/up-next/?queue=downloads",
+    return {"admin-dashboard": "/admin/jobs/job/dashboard/",
+            "admin-up-next": "/admin/jobs/job/up-next/?queue=downloads",
             "admin-queues": "/admin/jobs/job/queues/", "admin-workers": "/admin/jobs/job/workers/",
             "admin-job": f"/admin/jobs/job/{job_id}/change/", "admin-jobs": "/admin/jobs/job/",
             "admin-schedules": "/admin/django_q/schedule/",

@@ -10,8 +10,8 @@ from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import metrics, services
-from jobs.models import Job, JobEvent, JobStatus, Outcome, Worker
+from jobs import metrics, rollup, services
+from jobs.models import Job, JobStatus, Worker
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.urls_metrics")]
 
@@ -29,11 +29,17 @@ def samples(family, suffix=""):
             if s.name == family.name + suffix}
 
 
+COUNTED = {JobStatus.SUCCESSFUL: "succeeded", JobStatus.FAILED: "failed"}
+
+
 def finished(kind, status, *, seconds, ago_s=10):
+    """A job that finished `ago_s` ago after running `seconds`, counted in the rollup as the
+    engine's transition counts it."""
     job = services.enqueue(kind, {})
     end = timezone.now() - timedelta(seconds=ago_s)
     Job.objects.filter(pk=job.pk).update(status=status, started_at=end - timedelta(seconds=seconds),
                                          finished_at=end, attempts=1)
+    rollup.count([(job, COUNTED[status], seconds)], now=end)
     return job
 
 
@@ -49,8 +55,7 @@ def test_the_scrape_parses_and_says_what_the_queue_holds(client):
     finished("tests.echo", JobStatus.SUCCESSFUL, seconds=120)
     failed = finished("tests.fail_value_error", JobStatus.FAILED, seconds=0.5)
     finished("tests.echo", JobStatus.SUCCESSFUL, seconds=3, ago_s=7200)  # outside the window
-    JobEvent.objects.create(job_id=failed.pk, kind=Outcome.RETRY, reason="bad value",
-                            data={"status": "READY", "code": "error"})
+    rollup.count([(failed, "retried", None)], now=now - timedelta(seconds=10))
     Worker.objects.create(name="w1", host="box", pid=7,
                           heartbeat_at=now - timedelta(seconds=42))
     Worker.objects.create(name="gone", host="box", pid=8, stopped_at=now)
@@ -79,6 +84,10 @@ def test_the_scrape_parses_and_says_what_the_queue_holds(client):
     assert buckets[(("kind", "tests.echo"), ("le", "300.0"))] == 2
     assert buckets[(("kind", "tests.echo"), ("le", "+Inf"))] == 2
     assert buckets[(("kind", "tests.fail_value_error"), ("le", "1.0"))] == 1
+    finished_jobs = samples(families["haulage_recent_jobs_finished"])
+    assert finished_jobs[(("kind", "tests.echo"), ("outcome", "succeeded"), ("queue", "default"))] == 2
+    assert finished_jobs[(("kind", "tests.fail_value_error"), ("outcome", "failed"),
+                          ("queue", "default"))] == 1
     sums = samples(families["haulage_job_duration_seconds_gsum"])
     assert sums[(("kind", "tests.echo"),)] == pytest.approx(123, abs=0.01)
 

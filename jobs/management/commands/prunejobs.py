@@ -7,7 +7,7 @@ from jobs import conf, prune
 class Command(BaseCommand):
     help = (
         "Delete finished jobs (successful, failed, cancelled) older than an age, with their "
-        "events, in short batches. Live jobs are never touched, and domain rows (downloads, "
+        "events, in short batches, and the dashboard's per-minute rows of the same age. Live jobs are never touched, and domain rows (downloads, "
         "insights) keep their own state."
     )
 
@@ -30,5 +30,6 @@ class Command(BaseCommand):
         result = prune.prune_finished(age, batch_size=batch_size, pause_s=pause)
         self.stdout.write(
             f"Deleted {result.jobs} finished job(s) older than {older_than or age} and "
-            f"{result.events} event(s), in {result.batches} batch(es)."
+            f"{result.events} event(s), in {result.batches} batch(es); "
+            f"{result.rollups} per-minute row(s) of the same age."
         )
