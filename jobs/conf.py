@@ -67,6 +67,14 @@ OTHER_DEFAULTS = {
     "JOBS_QUEUES": {},  # starting settings of queues: {"insights": {"concurrency": 1, ...}}
     "JOBS_PRUNE_AFTER": "30d",  # the default age of `prunejobs`
     "METRICS_TOKEN": "",  # when set, /metrics wants `Authorization: Bearer <it>`
+    # "transaction": the default database is reached through a transaction
+    # pooler (PgBouncer), so nothing may rely on a session through it.
+    "JOBS_DATABASE_POOLER": "",
+    # A DATABASES-style entry (HOST, PORT, USER, PASSWORD, optional NAME and
+    # OPTIONS) for the workers' LISTEN connection, which needs a session of its
+    # own: straight to PostgreSQL when the default database is pooled. None:
+    # the default database's connection settings, or polling behind a pooler.
+    "JOBS_LISTEN_DATABASE": None,
     "REDIS_URL": "",  # the CV transport's Redis; empty: the embedded local mode
     "CV_REDIS_PREFIX": "haulage",  # prefix of every Redis key
 }
