@@ -31,9 +31,9 @@ MEASURED = 5000
 FILL_SQL = """
 INSERT INTO jobs_job (public_id, kind, queue, payload, status, priority, position,
     concurrency_keys, attempts, max_attempts, run_after, worker_ids, fingerprint, phase,
-    progress_message, error, error_code, errors, enqueued_at, updated_at, stop_requested)
+    progress_message, error, error_code, errors, enqueued_at, updated_at, stop_requested, snoozes)
 SELECT gen_random_uuid(), 'bench.noop', 'default', %s::jsonb, 'READY', %s, 0, %s::jsonb, 0, 1,
-       now(), '[]', '', '', '', '', '', '[]', now() - interval '1 hour', now(), ''
+       now(), '[]', '', '', '', '', '', '[]', now() - interval '1 hour', now(), '', 0
 FROM generate_series(1, %s)
 """
 

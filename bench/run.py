@@ -21,6 +21,7 @@ PARTS = [
     ("Queue throughput and latency (the peers' method, Haulage only)",
      ["-m", "bench.peers", "--systems", "haulage"], ["--quick"]),
     ("Claim cost against queue depth, and head-of-line blocking", ["bench/engine.py"], ["--quick"]),
+    ("Many workers through PgBouncer", ["bench/pgbouncer.py"], ["--quick"]),
     ("Cancel latency of process-mode jobs", ["bench/cancel_latency.py"], []),
     ("Shot segmentation", ["bench/segmentation.py"], []),
     ("CV transport through Redis", ["bench/cv_transport.py"], []),
