@@ -10,7 +10,7 @@ SQLite spell a few things differently; each function hides that once.
 import json
 import uuid
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from jobs import bounds, order
 from jobs.models import LIVE_STATUSES, Job
@@ -34,6 +34,36 @@ def _execute(statement, params=()):
 # --- Enqueue -------------------------------------------------------------------
 
 
+_INSERTED_FIELDS = [f for f in Job._meta.concrete_fields if not f.primary_key]
+
+
+def _row(job):
+    """(quoted columns, database values) of an unsaved job: every column but the id, as save() would."""
+    db = connections[DEFAULT_DB_ALIAS]  # once, not through the proxy for each of ~35 fields
+    columns = ", ".join(db.ops.quote_name(f.column) for f in _INSERTED_FIELDS)
+    return columns, [f.get_db_prep_save(f.pre_save(job, True), db) for f in _INSERTED_FIELDS]
+
+
+def insert_job(job, *, notify_channel):
+    """INSERT one job without a unique key and return its id; on PostgreSQL the same statement
+    sends NOTIFY `notify_channel` with its queue (delivered at commit).
+
+    One round trip instead of save() and a NOTIFY after it. PostgreSQL folds
+    identical notifications of one transaction into one, so a transaction
+    that enqueues many jobs still wakes each queue's workers once.
+    """
+    columns, values = _row(job)
+    marks = ", ".join(["%s"] * len(values))
+    insert = f"INSERT INTO jobs_job ({columns}) VALUES ({marks}) RETURNING id"
+    if is_postgres():
+        [(job_id, _)] = _execute(
+            f"WITH new AS ({insert}, queue) SELECT id, pg_notify(%s, queue) FROM new",
+            [*values, notify_channel])
+    else:
+        [(job_id,)] = _execute(insert, values)
+    return job_id
+
+
 def insert_or_promote(job):
     """INSERT the job, or update the live job holding its unique key; returns (id, inserted).
 
@@ -46,10 +76,8 @@ def insert_or_promote(job):
     still see a stale fingerprint and queue a fresh run. SET reads the row as
     it was, so every CASE sees the old fingerprint.
     """
-    fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    values = [f.get_db_prep_save(getattr(job, f.attname), connection) for f in fields]
-    marks = ", ".join(["%s"] * len(fields))
+    columns, values = _row(job)
+    marks = ", ".join(["%s"] * len(values))
     live = ", ".join(f"'{s}'" for s in LIVE_STATUSES)
     new_data = ("excluded.fingerprint <> '' AND excluded.fingerprint <> jobs_job.fingerprint "
                 "AND jobs_job.status <> 'RUNNING'")

@@ -132,8 +132,9 @@ def enqueue(kind, payload=None, *, supersede=False, **options):
 def _enqueue_one(job, supersede):
     limits.park_at_enqueue([job])
     if job.unique_key is None:
-        job.save(force_insert=True)
-        _notify(job.queue)
+        job.pk = queries.insert_job(job, notify_channel=wakeup.JOBS_CHANNEL)
+        job._state.adding = False
+        wakeup.notify(job.queue, sent=True)
         return job
     if supersede:
         _supersede(job)
@@ -145,7 +146,6 @@ def _enqueue_one(job, supersede):
                 return _rearm_on_demand(latest, job, cooldown_s)
             if job.fingerprint:
                 return latest
-    job.updated_at = timezone.now()
     job_id, inserted = queries.insert_or_promote(job)
     if inserted:
         _notify(job.queue)

@@ -37,9 +37,13 @@ def _set_all(events):
         event.set()
 
 
-def notify(queue):
-    """Wake the workers of `queue` once the surrounding transaction commits, never before."""
-    if queries.is_postgres():
+def notify(queue, *, sent=False):
+    """Wake the workers of `queue` once the surrounding transaction commits, never before.
+
+    `sent`: the statement that wrote the job carried PostgreSQL's NOTIFY
+    itself (queries.insert_job); only this process's own workers are left.
+    """
+    if queries.is_postgres() and not sent:
         queries.notify(JOBS_CHANNEL, queue)
     if _job_events:
         transaction.on_commit(lambda: _set_all(_job_events))
