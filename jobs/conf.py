@@ -1,9 +1,11 @@
 """Every knob of the engine, with its default and unit, in one place.
 
-Each is a Django setting of the same name, read through `conf.X` at call
-time (never copied at import: tests and deploys change them). The engine
-reads nothing else; a project that takes them from the environment parses
-it in its settings module (Haulage's does, for every name here).
+Each is a Django setting of the same name, read through `conf.X`. The first
+read is cached (enqueue and claim read several per job, and each read costs a
+settings lookup and a check); a change of settings (`setting_changed`: tests,
+override_settings) empties the cache, so nothing is copied for good. The
+engine reads nothing else; a project that takes them from the environment
+parses it in its settings module (Haulage's does, for every name here).
 """
 
 import re
@@ -11,6 +13,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.translation import gettext as _
 
 DEFAULTS = {
@@ -80,12 +84,27 @@ OTHER_DEFAULTS = {
 }
 
 
+_cache = {}
+
+
 def __getattr__(name):
+    try:
+        return _cache[name]
+    except KeyError:
+        pass
     if name in DEFAULTS:
-        return number(name)
-    if name in OTHER_DEFAULTS:
-        return getattr(settings, name, OTHER_DEFAULTS[name])
-    raise AttributeError(name)
+        value = number(name)
+    elif name in OTHER_DEFAULTS:
+        value = getattr(settings, name, OTHER_DEFAULTS[name])
+    else:
+        raise AttributeError(name)
+    _cache[name] = value
+    return value
+
+
+@receiver(setting_changed)
+def _forget(**kwargs):
+    _cache.clear()
 
 
 def number(name):
