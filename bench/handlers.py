@@ -1,9 +1,17 @@
 """The no-op kind the engine benchmarks run (loaded with JOBS_HANDLER_MODULES=bench.handlers)."""
 
+from django.tasks import task
+
 from jobs.registry import kind
 
 
 @kind("bench.noop", max_attempts=1, concurrency_keys=lambda payload, owner: payload.get("keys", []),
       default_limits={"user": 1000, "hol": 1})
 def noop(ctx, payload):
+    return None
+
+
+@task
+def noop_task():
+    """A no-op Django task, as the peers' bench enqueues through the Tasks API."""
     return None
