@@ -11,9 +11,10 @@ import json
 import uuid
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.utils import timezone
 
 from jobs import bounds, order
-from jobs.models import LIVE_STATUSES, Job
+from jobs.models import LIVE_STATUSES, Job, JobEvent
 
 
 def is_postgres():
@@ -45,22 +46,27 @@ def _row(job):
 
 
 def insert_job(job, *, notify_channel):
-    """INSERT one job without a unique key and return its id; on PostgreSQL the same statement
-    sends NOTIFY `notify_channel` with its queue (delivered at commit).
+    """INSERT one new job without a unique key and return its id; on PostgreSQL the same
+    statement sends NOTIFY `notify_channel` with its queue (delivered at commit).
 
-    One round trip instead of save() and a NOTIFY after it. PostgreSQL folds
-    identical notifications of one transaction into one, so a transaction
+    One round trip instead of save() and a NOTIFY after it, and the columns of
+    a new job as bulk enqueue writes them (no model field is prepared). PostgreSQL
+    folds identical notifications of one transaction into one, so a transaction
     that enqueues many jobs still wakes each queue's workers once.
     """
-    columns, values = _row(job)
-    marks = ", ".join(["%s"] * len(values))
-    insert = f"INSERT INTO jobs_job ({columns}) VALUES ({marks}) RETURNING id"
+    columns = ", ".join(BULK_COLUMNS + tuple(BULK_CONSTANTS))
+    constants = ", ".join(BULK_CONSTANTS.values())
     if is_postgres():
+        marks = ", ".join(f"%s::{BULK_TYPES[name]}" for name in BULK_COLUMNS)
         [(job_id, _)] = _execute(
-            f"WITH new AS ({insert}, queue) SELECT id, pg_notify(%s, queue) FROM new",
-            [*values, notify_channel])
+            f"WITH new AS (INSERT INTO jobs_job ({columns}, updated_at) VALUES ({marks}, "
+            f"{constants}, %s) RETURNING id, queue) SELECT id, pg_notify(%s, queue) FROM new",
+            [*_new_values(job), notify_channel])
     else:
-        [(job_id,)] = _execute(insert, values)
+        marks = ", ".join(["%s"] * len(BULK_COLUMNS))
+        [(job_id,)] = _execute(
+            f"INSERT INTO jobs_job ({columns}, updated_at) VALUES ({marks}, {constants}, %s) "
+            "RETURNING id", _new_values(job))
     return job_id
 
 
@@ -148,15 +154,21 @@ def insert_many(jobs):
                 )
         else:
             marks = ", ".join(["%s"] * len(BULK_COLUMNS))
-            adapt = connection.ops.adapt_datetimefield_value
             cursor.executemany(
                 f"INSERT INTO jobs_job ({columns}, updated_at) VALUES ({marks}, {constants}, %s)",
-                [(uuid.uuid4().hex, job.kind, job.queue, job.payload_text, job.priority,
-                  job.owner.pk if job.owner is not None else None, job.fingerprint,
-                  json.dumps(job.concurrency_keys), job.blocked_key, job.max_attempts,
-                  adapt(job.run_after), adapt(job.enqueued_at), adapt(job.enqueued_at))
-                 for job in jobs],
+                [_new_values(job, uuid.uuid4()) for job in jobs],
             )
+
+
+def _new_values(job, public_id=None):
+    """BULK_COLUMNS' values of a resolved job, then updated_at: what a new job's row holds."""
+    adapt = connection.ops.adapt_datetimefield_value
+    return (
+        (public_id or job.public_id).hex, job.kind, job.queue, job.payload_text, job.priority,
+        job.owner.pk if job.owner is not None else None, job.fingerprint,
+        json.dumps(job.concurrency_keys), job.blocked_key, job.max_attempts,
+        adapt(job.run_after), adapt(job.enqueued_at), adapt(job.enqueued_at),
+    )
 
 
 # --- The claim -----------------------------------------------------------------
@@ -301,6 +313,20 @@ def complete_batch(rows):
         params,
     )
     return [row[0] for row in done]
+
+
+def insert_events(jobs, kind, data):
+    """One JobEvent per job (at its attempt), all alike, in one statement: a batch's transition."""
+    if not jobs:
+        return
+    text = json.dumps(data)
+    # This process's clock, as every other event's `at` (events are ordered by it).
+    at = JobEvent._meta.get_field("at").get_db_prep_value(timezone.now(), connection)
+    _execute(
+        "INSERT INTO jobs_jobevent (job_id, at, kind, reason, attempt, data, actor_id) VALUES "
+        + ", ".join(["(%s, %s, %s, '', %s, %s, NULL)"] * len(jobs)),
+        [value for job in jobs for value in (job.pk, at, kind, job.attempts, text)],
+    )
 
 
 # --- Wake-ups ------------------------------------------------------------------

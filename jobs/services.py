@@ -47,9 +47,10 @@ def build_job(kind, payload=None, **options):
     """
     spec = resolve(kind, payload, **options)
     initial_limits = spec.pop("initial_limits")
-    spec.pop("payload_text")
+    payload_text = spec.pop("payload_text")
     job = Job(**spec)
     job.initial_limits = initial_limits
+    job.payload_text = payload_text  # the payload's canonical JSON, as written
     return job
 
 
