@@ -48,6 +48,7 @@ def report(profile, title, jobs, top):
     print(f"\n### {title}: {stats.total_tt:.2f} s under the profiler, "
           f"{stats.total_tt / jobs * 1e6:.0f} us per job\n")
     stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
     lines = [line for line in out.getvalue().splitlines() if line.strip()]
     start = next(i for i, line in enumerate(lines) if "ncalls" in line)
     print("\n".join(lines[start:]))
@@ -106,6 +107,32 @@ class StatementCounter:
         utils.CursorWrapper._execute = self.original
 
 
+class ThreadCPU:
+    """CPU seconds each kind of thread spent, summed by thread name (measured as each ends)."""
+
+    def __init__(self):
+        from collections import Counter
+
+        self.seconds = Counter()
+        self.lock = threading.Lock()
+
+    def install(self):
+        run = self.run = threading.Thread.run
+        totals = self
+
+        def measured(thread):
+            try:
+                run(thread)
+            finally:
+                with totals.lock:
+                    totals.seconds[thread.name.split(" ")[0]] += time.thread_time()
+
+        threading.Thread.run = measured
+
+    def uninstall(self):
+        threading.Thread.run = self.run
+
+
 def profile_worker(jobs, top):
     """One in-process Worker in burst mode; py-spy samples every thread (cProfile sees one)."""
     from jobs import services
@@ -123,14 +150,50 @@ def profile_worker(jobs, top):
     time.sleep(1.0)  # py-spy attaches
     counter = StatementCounter()
     counter.install()
+    thread_cpu = ThreadCPU()
+    thread_cpu.install()
+    from jobs import claiming
+    from jobs import services as services_module
+
+    calls = {}
+
+    def timed(module, name):
+        original = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            began = time.perf_counter()
+            result = original(*args, **kwargs)
+            entry = calls.setdefault(name, [0, 0.0, 0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - began
+            entry[2] += len(result or ())
+            return result
+
+        setattr(module, name, wrapper)
+        return original
+
+    originals = [(claiming, "claim", timed(claiming, "claim")),
+                 (services_module, "complete_many", timed(services_module, "complete_many"))]
     started, cpu = time.perf_counter(), time.process_time()
+    main_cpu = time.thread_time()
     Worker(burst=True, queues=["default"]).run()
     took, cpu = time.perf_counter() - started, time.process_time() - cpu
+    thread_cpu.seconds["MainThread (claims)"] += time.thread_time() - main_cpu
+    thread_cpu.uninstall()
     counter.uninstall()
+    for module, name, original in originals:
+        setattr(module, name, original)
     spy.send_signal(signal.SIGINT)
     spy.wait(30)
     print(f"\nworker: {jobs / took:,.0f} jobs/s with py-spy attached ({took:.2f} s); "
           f"this process's CPU: {cpu / jobs * 1e6:.0f} us per job, {cpu / took:.0%} of one core")
+    print("\n### Batches\n")
+    for name, (count, seconds, rows) in calls.items():
+        print(f"{name}: {count} calls, {seconds / count * 1e3:.2f} ms each, {rows / count:.1f} jobs "
+              f"each, {seconds / took:.0%} of the wall time")
+    print("\n### CPU per job, by thread (us)\n")
+    for name, seconds in sorted(thread_cpu.seconds.items(), key=lambda item: -item[1]):
+        print(f"{seconds / jobs * 1e6:8.0f}  {name}")
     print(f"\n### SQL statements per job ({sum(counter.counts.values()) / jobs:.2f} in all)\n")
     for what, count in counter.counts.most_common(top):
         print(f"{count / jobs:8.3f}  {what}")
