@@ -22,6 +22,7 @@ PARTS = [
      ["-m", "bench.peers", "--systems", "haulage"], ["--quick"]),
     ("Claim cost against queue depth, and head-of-line blocking", ["bench/engine.py"], ["--quick"]),
     ("Rate limits: observed starts against the configured rate", ["bench/rates.py"], ["--quick"]),
+    ("Many workers through PgBouncer", ["bench/pgbouncer.py"], ["--quick"]),
     ("Cancel latency of process-mode jobs", ["bench/cancel_latency.py"], []),
     ("Shot segmentation", ["bench/segmentation.py"], []),
     ("CV transport through Redis", ["bench/cv_transport.py"], []),

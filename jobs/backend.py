@@ -115,8 +115,7 @@ class HaulageBackend(BaseTaskBackend):
             payload["timeout"] = task.timeout
         unique_key = options.get("unique_key")
         if unique_key is None and getattr(task, "unique", False):
-            digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:32]
-            unique_key = f"task:{task.module_path}:{digest}"
+            unique_key = f"task:{task.module_path}:{_digest(arguments)}"
         keys, key_limits = [], {}
         if getattr(task, "concurrency_limit", None):
             keys.append(f"task:{task.module_path}")
@@ -127,22 +126,26 @@ class HaulageBackend(BaseTaskBackend):
         rate_key = options.get("rate_key") or (f"task:{task.module_path}" if rate_limit else None)
         extra = {name: options[name] for name in ("depends_on", "on_dependency_failure", "replace")
                  if name in options}
-        job = services.enqueue(
-            KIND,
-            payload,
-            priority=task.priority,
-            queue=task.queue_name,
-            run_after=task.run_after,
-            owner=options.get("owner"),
-            unique_key=unique_key,
-            fingerprint=options.get("fingerprint"),
-            concurrency_keys=keys,
-            limits=key_limits,
-            rate_key=rate_key or "",
-            rate_limit=rate_limit,
-            max_attempts=getattr(task, "max_attempts", None),
-            **extra,
-        )
+        try:
+            job = services.enqueue(
+                KIND,
+                payload,
+                priority=task.priority,
+                queue=task.queue_name,
+                run_after=task.run_after,
+                owner=options.get("owner"),
+                unique_key=unique_key,
+                fingerprint=options.get("fingerprint"),
+                concurrency_keys=keys,
+                limits=key_limits,
+                rate_key=rate_key or "",
+                rate_limit=rate_limit,
+                max_attempts=getattr(task, "max_attempts", None),
+                **extra,
+            )
+        except InvalidPayload as exc:
+            # The arguments are all of the payload the caller chose; nothing was written.
+            raise InvalidTaskArguments(f"Task arguments must be JSON: {exc}") from None
         result = to_task_result(job, task=task, backend=self.alias)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -159,21 +162,31 @@ class HaulageBackend(BaseTaskBackend):
 
 
 def _arguments(args, kwargs):
-    """The task's arguments as the payload stores them; nothing is written when they cannot be."""
+    """The task's arguments as the payload stores them; nothing is written when they cannot be.
+
+    The payload's own check (depth, NUL, size: jobs/payloads.py) runs once, at
+    enqueue, and enqueue() turns its refusal into InvalidTaskArguments.
+    """
     arguments = {"args": list(args), "kwargs": dict(kwargs)}
     try:
         # As Django's TaskResult normalises them (tuples become lists, bytes
         # text), so a type Django refuses is refused here in its words.
         arguments = normalize_json(arguments)
     except RecursionError:
-        pass  # nested past Python's stack: the depth check below says so without recursing
+        pass  # nested past Python's stack: the payload's depth check says so without recursing
     except (TypeError, ValueError) as exc:
         raise InvalidTaskArguments(f"Task arguments must be JSON: {exc}") from None
+    return arguments
+
+
+def _digest(arguments):
+    """A short hash of the arguments, for a unique task's key; checked first, as hashing
+    a nesting past Python's stack would fail before the payload's own check."""
     try:
         payloads.validate(arguments)
     except InvalidPayload as exc:
         raise InvalidTaskArguments(f"Task arguments must be JSON: {exc}") from None
-    return arguments
+    return hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _load_task(path):

@@ -55,3 +55,27 @@ def check_sqlite(app_configs=None, **kwargs):
         "SQLite without OPTIONS {'transaction_mode': 'IMMEDIATE', 'timeout': 30}: claims and "
         "completions from several threads or workers fail with 'database is locked' and are "
         "retried instead of waiting their turn.", id="jobs.W002")]
+
+
+@checks.register()
+def check_pooler(app_configs=None, **kwargs):
+    """Behind a transaction pooler, nothing may outlive a transaction (JOBS_DATABASE_POOLER)."""
+    pooler = conf.JOBS_DATABASE_POOLER
+    if pooler not in ("", "session", "transaction"):
+        return [checks.Error(f"JOBS_DATABASE_POOLER must be '', 'session' or 'transaction', "
+                             f"not {pooler!r}.", id="jobs.E005")]
+    settings = connections["default"].settings_dict
+    if pooler != "transaction" or not settings["ENGINE"].endswith("postgresql"):
+        return []
+    found = []
+    if not settings.get("DISABLE_SERVER_SIDE_CURSORS"):
+        found.append(checks.Warning(
+            "The database is behind a transaction pooler but DISABLE_SERVER_SIDE_CURSORS is not "
+            "set: QuerySet.iterator() would open a cursor on a server connection that serves "
+            "another client after the transaction.", id="jobs.W003"))
+    if "prepare_threshold" not in settings.get("OPTIONS", {}):
+        found.append(checks.Warning(
+            "The database is behind a transaction pooler: set OPTIONS {'prepare_threshold': None} "
+            "so psycopg never prepares a statement on a server connection it does not keep.",
+            id="jobs.W004"))
+    return found

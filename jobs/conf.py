@@ -1,9 +1,11 @@
 """Every knob of the engine, with its default and unit, in one place.
 
-Each is a Django setting of the same name, read through `conf.X` at call
-time (never copied at import: tests and deploys change them). The engine
-reads nothing else; a project that takes them from the environment parses
-it in its settings module (Haulage's does, for every name here).
+Each is a Django setting of the same name, read through `conf.X`. The first
+read is cached (enqueue and claim read several per job, and each read costs a
+settings lookup and a check); a change of settings (`setting_changed`: tests,
+override_settings) empties the cache, so nothing is copied for good. The
+engine reads nothing else; a project that takes them from the environment
+parses it in its settings module (Haulage's does, for every name here).
 """
 
 import re
@@ -12,7 +14,9 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.signals import setting_changed
 from django.core.validators import validate_email
+from django.dispatch import receiver
 from django.utils.translation import gettext as _
 
 DEFAULTS = {
@@ -74,17 +78,40 @@ OTHER_DEFAULTS = {
     # E-mail addresses and/or http(s) webhook URLs told when a job fails for good.
     "JOBS_FAILURE_NOTIFY": [],
     "JOBS_SITE_URL": "",  # e.g. https://haulage.example.com: makes notices' admin links absolute
+    # "transaction": the default database is reached through a transaction
+    # pooler (PgBouncer), so nothing may rely on a session through it.
+    "JOBS_DATABASE_POOLER": "",
+    # A DATABASES-style entry (HOST, PORT, USER, PASSWORD, optional NAME and
+    # OPTIONS) for the workers' LISTEN connection, which needs a session of its
+    # own: straight to PostgreSQL when the default database is pooled. None:
+    # the default database's connection settings, or polling behind a pooler.
+    "JOBS_LISTEN_DATABASE": None,
     "REDIS_URL": "",  # the CV transport's Redis; empty: the embedded local mode
     "CV_REDIS_PREFIX": "haulage",  # prefix of every Redis key
 }
 
 
+_cache = {}
+
+
 def __getattr__(name):
+    try:
+        return _cache[name]
+    except KeyError:
+        pass
     if name in DEFAULTS:
-        return number(name)
-    if name in OTHER_DEFAULTS:
-        return getattr(settings, name, OTHER_DEFAULTS[name])
-    raise AttributeError(name)
+        value = number(name)
+    elif name in OTHER_DEFAULTS:
+        value = getattr(settings, name, OTHER_DEFAULTS[name])
+    else:
+        raise AttributeError(name)
+    _cache[name] = value
+    return value
+
+
+@receiver(setting_changed)
+def _forget(**kwargs):
+    _cache.clear()
 
 
 def number(name):

@@ -16,6 +16,7 @@ import logging
 
 from django.db import transaction
 
+from jobs import queries
 from jobs.models import JobEvent, JobStatus
 
 log = logging.getLogger("jobs.history")
@@ -38,11 +39,9 @@ def note(job, event, *, actor=None, reason="", status=None, level=logging.INFO, 
 
 
 def note_many(jobs, event, *, status):
-    """`note()` for a batch that one statement moved together (completions)."""
-    JobEvent.objects.bulk_create(
-        JobEvent(job_id=job.pk, kind=event, attempt=job.attempts, data={"status": str(status)})
-        for job in jobs
-    )
+    """`note()` for a batch that one statement moved together (completions), in one named
+    INSERT: building and compiling a model per event cost more than the completion itself."""
+    queries.insert_events(jobs, str(event), {"status": str(status)})
     for job in jobs:
         _log_on_commit(job, event, status=status, attempt=job.attempts)
 

@@ -62,9 +62,10 @@ def build_job(kind, payload=None, **options):
     """
     spec = resolve(kind, payload, **options)
     initial_limits, initial_rates = spec.pop("initial_limits"), spec.pop("initial_rates")
-    spec.pop("payload_text")
+    payload_text = spec.pop("payload_text")
     job = Job(**spec)
     job.initial_limits, job.initial_rates = initial_limits, initial_rates
+    job.payload_text = payload_text  # the payload's canonical JSON, as written
     return job
 
 
@@ -173,8 +174,10 @@ def _enqueue_one(job, supersede, *, replace=(), parents=()):
     if job.blocked_key is None:
         limits.park_at_enqueue([job])
     if job.unique_key is None:
-        job.save(force_insert=True)
-        return _inserted(job, parents, may_run)
+        # One statement writes the row and (PostgreSQL) its queue's NOTIFY.
+        job.pk = queries.insert_job(job, notify_channel=wakeup.JOBS_CHANNEL)
+        job._state.adding = False
+        return _inserted(job, parents, may_run, notified=True)
     if supersede:
         _supersede(job)
     cooldown_s = registry.policy(job.kind).cooldown_s
@@ -185,7 +188,6 @@ def _enqueue_one(job, supersede, *, replace=(), parents=()):
                 return _rearm_on_demand(latest, job, cooldown_s)
             if job.fingerprint:
                 return latest
-    job.updated_at = timezone.now()
     job_id, inserted = queries.insert_or_promote(job, replace)
     if inserted:
         job.pk = job_id
@@ -193,8 +195,9 @@ def _enqueue_one(job, supersede, *, replace=(), parents=()):
     return Job.objects.get(pk=job_id)
 
 
-def _inserted(job, parents, may_run):
-    """A new job's row exists: link it to its parents, queue its followers, wake workers."""
+def _inserted(job, parents, may_run, *, notified=False):
+    """A new job's row exists: link it to its parents, queue its followers, wake workers
+    (`notified`: the INSERT itself carried PostgreSQL's NOTIFY)."""
     if parents:
         dependencies.link(job, parents)
         if not may_run:  # a parent had already failed
@@ -202,7 +205,7 @@ def _inserted(job, parents, may_run):
                              code=dependencies.FAILED_PARENT)
             return Job.objects.get(pk=job.pk)
     dependencies.follow_ups(job)
-    _notify(job.queue)
+    wakeup.notify(job.queue, sent=notified)
     return job
 
 
@@ -310,8 +313,9 @@ def _finished(entries, status, *, ran, has_dependents=None):
             setattr(job, name, value)
         job.finished_at = job.finished_at or now
     timed = ran and status != JobStatus.CANCELLED  # a cancel cuts an attempt short
-    _guarded(rollup.count, [(job, _COUNTED[status], rollup.took_s(job, now) if timed else None)
-                            for job, _fields in entries], now=now, what="the rollup's count")
+    # The engine's own bookkeeping, like the event noted with it: no savepoint of its own.
+    rollup.count([(job, _COUNTED[status], rollup.took_s(job, now) if timed else None)
+                  for job, _fields in entries], now=now)
     for job, _fields in entries:
         finished = registry.policy(job.kind).finished
         if finished is not None:

@@ -9,7 +9,7 @@ import threading
 
 from django.db import connection, transaction
 
-from jobs import queries
+from jobs import conf, queries
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +37,13 @@ def _set_all(events):
         event.set()
 
 
-def notify(queue):
-    """Wake the workers of `queue` once the surrounding transaction commits, never before."""
-    if queries.is_postgres():
+def notify(queue, *, sent=False):
+    """Wake the workers of `queue` once the surrounding transaction commits, never before.
+
+    `sent`: the statement that wrote the job carried PostgreSQL's NOTIFY
+    itself (queries.insert_job); only this process's own workers are left.
+    """
+    if queries.is_postgres() and not sent:
         queries.notify(JOBS_CHANNEL, queue)
     if _job_events:
         transaction.on_commit(lambda: _set_all(_job_events))
@@ -51,6 +55,30 @@ def notify_stop(job_id):
         queries.notify(STOP_CHANNEL, str(job_id))
     if _stop_events:
         transaction.on_commit(lambda: _set_all(_stop_events))
+
+
+def listen_params():
+    """psycopg's connection parameters for LISTEN, or None when workers must poll instead.
+
+    A LISTEN lasts as long as its session, so it never goes through a
+    transaction pooler: the server connection it was sent on serves other
+    clients after the transaction, and their notifications would be lost.
+    JOBS_LISTEN_DATABASE reaches the same database directly (NOTIFY is per
+    database, so its name defaults to the default connection's).
+    """
+    direct = conf.JOBS_LISTEN_DATABASE
+    if not direct and conf.JOBS_DATABASE_POOLER == "transaction":
+        return None
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    if direct:
+        for key, name in [("HOST", "host"), ("PORT", "port"), ("USER", "user"),
+                          ("PASSWORD", "password"), ("NAME", "dbname")]:
+            if direct.get(key):
+                params[name] = direct[key]
+        params.update(direct.get("OPTIONS") or {})
+    return params
 
 
 class Listener(threading.Thread):
@@ -69,9 +97,11 @@ class Listener(threading.Thread):
     def run(self):
         import psycopg
 
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
+        params = listen_params()
+        if params is None:
+            log.info("the database is behind a transaction pooler and JOBS_LISTEN_DATABASE is "
+                     "not set: polling every %ss instead of listening", conf.JOBS_POLL_SECONDS)
+            return
         while not self.stopping.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as conn:

@@ -72,6 +72,15 @@ def get_numbers(defaults, minimums=None):
             for name, default in defaults.items() if name in os.environ}
 
 
+def get_choice(name, choices):
+    """One of `choices` (lower-cased; the first is the default)."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw not in choices:
+        words = ", ".join(repr(choice) for choice in choices if choice)
+        raise SettingsError(f"{name} must be one of {words} (or unset), not {raw!r}.")
+    return raw or choices[0]
+
+
 def get_list(name, default=()):
     raw = os.environ.get(name)
     if raw is None:

@@ -85,6 +85,8 @@ TEMPLATES = [
 # two worker processes queue for it instead of deadlocking on an upgrade), and
 # the timeout makes them wait for it instead of failing with "locked".
 DATABASES = {"default": env.get_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'haulage.sqlite3'}")}
+# "transaction" when DATABASE_URL points at PgBouncer in transaction pooling mode.
+DATABASE_POOLER = env.get_choice("DATABASE_POOLER", ["", "session", "transaction"])
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
@@ -104,12 +106,29 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # would keep its row locks, and with them every job of its concurrency
     # keys, until it woke. PostgreSQL ends such a session after half a lease,
     # so the recovery bound (lease + rescue interval + poll) holds.
+    # Behind a transaction pooler that guard is the pooler's own
+    # (README, "Deploying on several machines"): PgBouncer refuses startup
+    # options, and a session setting would not follow a client from one
+    # server connection to the next.
     _idle_ms = int(env.get_number("JOBS_LEASE_SECONDS", jobs_conf.DEFAULTS["JOBS_LEASE_SECONDS"],
                                   minimum=1) * 500)
-    if "idle_in_transaction_session_timeout" not in _options.get("options", ""):
+    if DATABASE_POOLER != "transaction" and \
+            "idle_in_transaction_session_timeout" not in _options.get("options", ""):
         _options["options"] = (
             _options.get("options", "") + f" -c idle_in_transaction_session_timeout={_idle_ms}"
         ).strip()
+    if DATABASE_POOLER == "transaction":
+        # Nothing may outlive a transaction: a server-side cursor (`.iterator()`
+        # holds one open across transactions) or a prepared statement would be
+        # looked for on a server connection another client has by then.
+        DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+        _options["prepare_threshold"] = None
+# LISTEN holds a session, so behind a transaction pooler workers listen over a
+# direct connection to the same server (the database name defaults to
+# DATABASE_URL's); without one they poll every JOBS_POLL_SECONDS.
+JOBS_DATABASE_POOLER = DATABASE_POOLER
+JOBS_LISTEN_DATABASE = (env.get_database("JOBS_LISTEN_DATABASE_URL", "")
+                        if env.get_str("JOBS_LISTEN_DATABASE_URL").strip() else None)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- The queue -----------------------------------------------------------

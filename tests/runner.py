@@ -1,6 +1,6 @@
 """Run the suite on PostgreSQL and on SQLite, in two phases.
 
-    python -m tests.runner [--db postgres|sqlite] [pytest arguments...]
+    python -m tests.runner [--db postgres|pgbouncer|sqlite] [pytest arguments...]
 
 (`scripts/run-tests` under `python -m tests.services --`, which starts the
 throw-away servers; `make test ARGS=...` passes its arguments here.)
@@ -18,8 +18,10 @@ throw-away servers; `make test ARGS=...` passes its arguments here.)
    none of them touches the other database's server, Redis or processes.
 
 PostgreSQL runs every layer; SQLite runs the database layers again, less the
-tests marked `postgres`, `dbless` or `once` (those ran on PostgreSQL). Path
-arguments replace the default layers on both databases. A database none of
+tests marked `postgres`, `dbless` or `once` (those ran on PostgreSQL); the
+pgbouncer pass runs the files of POOLED_LAYERS once more on PostgreSQL, every
+connection through PgBouncer in transaction pooling. Path arguments replace
+the default layers on every database. A database none of
 whose phases collected a test fails the run (pytest's exit code 5), so a run
 cannot pass by running nothing.
 """
@@ -45,6 +47,9 @@ class Database:
     layers: list
     marks: str  # which tests this database runs
     redis_db_base: int  # tests/isolation.py: a range of Redis databases of its own
+    env: dict = field(default_factory=dict)  # more environment for its pass
+    args: list = field(default_factory=list)  # more pytest arguments for its pass
+    extra: bool = False  # a re-run of a subset: only when asked for, or on the default layers
     codes: list = field(default_factory=list)
 
 
@@ -73,11 +78,38 @@ def split_arguments(argv):
     return wanted, markexpr, paths, rest
 
 
+# What the pgbouncer pass runs: claims, limits and rates, workflows, fencing, the Tasks API,
+# the pooler's own.
+POOLED_LAYERS = [
+    "tests/integration/test_claim.py",
+    "tests/integration/test_claim_postgres.py",
+    "tests/integration/test_limits.py",
+    "tests/integration/test_rates.py",
+    "tests/integration/test_dependencies.py",
+    "tests/integration/test_outcomes.py",
+    "tests/integration/test_tasks_backend.py",
+    "tests/integration/test_pooler.py",
+]
+
+
 def databases(var_dir, paths):
     found = []
     postgres_url = os.environ.get("TEST_POSTGRES_URL")
     if postgres_url:
         found.append(Database("postgres", postgres_url, paths or ["tests"], "", 0))
+    pooled_url = os.environ.get("TEST_PGBOUNCER_URL")
+    if postgres_url and pooled_url:
+        # The engine's promises again, every connection through PgBouncer in
+        # transaction pooling, LISTEN on a direct one (no database name: the
+        # test database's).
+        found.append(Database(
+            "pgbouncer", pooled_url, paths or POOLED_LAYERS, "not dbless and not once", 16,
+            env={"DATABASE_POOLER": "transaction",
+                 "JOBS_LISTEN_DATABASE_URL": postgres_url.rsplit("/", 1)[0]},
+            # Kept, not dropped at the end: the pool still holds server
+            # connections to it, and PostgreSQL refuses to drop a database in use.
+            args=["--reuse-db"], extra=True,
+        ))
     found.append(Database(
         "sqlite", f"sqlite:///{var_dir / 'sqlite' / 'haulage.sqlite3'}",
         paths or ["tests/integration", "tests/acceptance", "tests/chaos", "tests/fuzz"],
@@ -95,7 +127,7 @@ def pytest_command(database, phase, marks, rest, var_dir, workers):
     reports.mkdir(exist_ok=True)
     command = [sys.executable, "-m", "pytest", "--durations=15",
                f"--junitxml={reports / f'{database.name}-{phase}.xml'}",
-               "-m", marks, *database.layers, *rest]
+               "-m", marks, *database.layers, *database.args, *rest]
     if phase == "parallel":
         # worksteal: a worker that runs out takes half of a busy one's
         # remaining tests, so one long file does not leave the rest idle.
@@ -107,7 +139,7 @@ def environment(database, var_dir):
     own = var_dir / database.name
     own.mkdir(exist_ok=True)
     return {**os.environ, "DATABASE_URL": database.url, "HAULAGE_VAR_DIR": str(own),
-            "TEST_REDIS_DB_BASE": str(database.redis_db_base)}
+            "TEST_REDIS_DB_BASE": str(database.redis_db_base), **database.env}
 
 
 def run_prefixed(command, env, prefix):
@@ -156,11 +188,21 @@ def failures(var_dir, database):
     return found
 
 
-def verdict(database):
-    """0 when every phase passed and at least one ran a test; otherwise a failing exit code."""
+def choose(everything, wanted, paths):
+    """The passes to run: the one `--db` names, else all but an extra one on narrowed paths."""
+    return [d for d in everything
+            if wanted == d.name or (wanted is None and not (d.extra and paths))]
+
+
+def verdict(database, *, asked=False):
+    """0 when every phase passed and at least one ran a test; otherwise a failing exit code.
+
+    An extra pass (a re-run of a few files) that a -k or -m leaves empty is no
+    failure, unless it was asked for by name.
+    """
     ran = [code for code in database.codes if code != NO_TESTS_COLLECTED]
     if not ran:
-        return NO_TESTS_COLLECTED
+        return 0 if database.extra and not asked else NO_TESTS_COLLECTED
     return max(ran)
 
 
@@ -173,7 +215,7 @@ def main(argv):
     if os.environ.get("REQUIRE_SERVICES") == "1" and everything[0].name != "postgres":
         print("REQUIRE_SERVICES=1 but no PostgreSQL was started.", file=sys.stderr)
         return 1
-    chosen = [d for d in everything if wanted in (None, d.name)]
+    chosen = choose(everything, wanted, paths)
     if not chosen:
         print(f"--db must name one of: {', '.join(d.name for d in everything)}.", file=sys.stderr)
         return 2
@@ -187,7 +229,7 @@ def main(argv):
     print(f"=== {time.monotonic() - began:.0f} s in all; reports in {var_dir / 'reports'}")
     status = 0
     for database in chosen:
-        code = verdict(database)
+        code = verdict(database, asked=wanted == database.name)
         if code == NO_TESTS_COLLECTED:
             print(f"=== {database.name}: no test was collected: that is a failure here.")
         elif code:

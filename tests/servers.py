@@ -48,3 +48,30 @@ def database_url(connection):
     if connection.vendor == "sqlite":
         return f"sqlite:///{s['NAME']}"
     return f"postgres://{s['USER']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+def pooled_url(connection):
+    """The test database's URL through the test PgBouncer (transaction pooling), or None."""
+    port = os.environ.get("TEST_PGBOUNCER_PORT")
+    if port is None or connection.vendor != "postgresql":
+        return None
+    s = connection.settings_dict
+    return f"postgres://{s['USER']}@127.0.0.1:{port}/{s['NAME']}"
+
+
+def pgbouncer_admin(command):
+    """Run `command` on the test PgBouncer's admin console; returns its rows as dicts."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    port = os.environ["TEST_PGBOUNCER_PORT"]
+    with psycopg.connect(f"postgres://postgres@127.0.0.1:{port}/pgbouncer", autocommit=True,
+                         row_factory=dict_row) as conn:
+        cursor = conn.execute(command)
+        return cursor.fetchall() if cursor.description else []
+
+
+def release_pooled(name):
+    """Close PgBouncer's server connections to database `name`, so it can be dropped."""
+    pgbouncer_admin(f"KILL {name}")
+    pgbouncer_admin(f"RESUME {name}")

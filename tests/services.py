@@ -6,6 +6,7 @@ Each server listens on a free loopback port in a temporary folder and is gone
 when the command ends. The command sees:
 
     TEST_POSTGRES_URL, TEST_PG_BIN, TEST_PG_DATA, TEST_PG_PORT, TEST_PG_USER
+    TEST_PGBOUNCER_URL, TEST_PGBOUNCER_PORT (PgBouncer, transaction pooling, in front of it)
     TEST_REDIS_URL, TEST_REDIS_BIN
 
 A server whose binaries are missing is reported loudly and left out; with
@@ -89,6 +90,93 @@ def start_postgres(root):
     return stop, env
 
 
+PGBOUNCER_CANDIDATES = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+
+PGBOUNCER_INI = """\
+[databases]
+; Any database name goes to the server under the same name (tests make their own).
+* = host=127.0.0.1 port={pg_port}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {folder}/userlist.txt
+admin_users = postgres
+pool_mode = transaction
+default_pool_size = {pool_size}
+max_db_connections = {max_db_connections}
+max_client_conn = 2000
+; The engine's idle-in-transaction guard behind a transaction pooler: half the
+; default lease (JOBS_LEASE_SECONDS = 30), as the direct connection sets it.
+idle_transaction_timeout = {idle_transaction_timeout_s}
+logfile = {folder}/log
+pidfile = {folder}/pid
+"""
+
+
+def find_pgbouncer():
+    for path in [shutil.which("pgbouncer") or "", *PGBOUNCER_CANDIDATES]:
+        if path and Path(path).exists():
+            return path
+    return None
+
+
+def start_pgbouncer(root, pg_port, *, pool_size=20, max_db_connections=0,
+                    idle_transaction_timeout_s=15):
+    """PgBouncer in transaction pooling mode on a free loopback port, in front of `pg_port`.
+
+    `pool_size` server connections per database and user, `max_db_connections`
+    per database in all (0: no cap). Returns (stop, env) like the others.
+    """
+    binary = find_pgbouncer()
+    if binary is None:
+        return None, {}
+    port = free_port()
+    folder = root / "pgbouncer"
+    folder.mkdir()
+    (folder / "userlist.txt").write_text('"postgres" ""\n')
+    (folder / "pgbouncer.ini").write_text(PGBOUNCER_INI.format(
+        pg_port=pg_port, port=port, folder=folder, pool_size=pool_size,
+        max_db_connections=max_db_connections,
+        idle_transaction_timeout_s=idle_transaction_timeout_s))
+    if os.geteuid() == 0:
+        # PgBouncer refuses to run as root: it runs as the postgres user and writes its log here.
+        shutil.chown(folder, "postgres", "postgres")
+    proc = subprocess.Popen(as_postgres_user() + [binary, "--quiet", str(folder / "pgbouncer.ini")],
+                            stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc, "pgbouncer")
+    except RuntimeError:
+        proc.kill()
+        raise
+
+    def stop():
+        # Signalled itself, not through runuser (which would complain on stderr).
+        try:
+            os.kill(int((folder / "pid").read_text()), signal.SIGTERM)
+            proc.wait(10)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            proc.kill()
+
+    return stop, {"TEST_PGBOUNCER_URL": f"postgres://postgres@127.0.0.1:{port}/pooled",
+                  "TEST_PGBOUNCER_PORT": str(port)}
+
+
+def wait_for_port(port, proc, name, timeout_s=10):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {proc.returncode} at start")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{name} did not start within {timeout_s} s")
+
+
 def start_redis(root):
     binary = shutil.which("redis-server")
     if binary is None:
@@ -96,19 +184,15 @@ def start_redis(root):
     port = free_port()
     proc = subprocess.Popen(
         [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-         "--dir", str(root)],
+         # Three test passes of eight databases each (tests/isolation.py).
+         "--databases", "24", "--dir", str(root)],
         stdout=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
+    try:
+        wait_for_port(port, proc, "redis-server")
+    except RuntimeError:
         proc.kill()
-        raise RuntimeError("redis-server did not start within 10 s")
+        raise
 
     def stop():
         proc.terminate()
@@ -126,8 +210,14 @@ def main(argv):
     os.chmod(root, 0o755)
     stops, env = [], dict(os.environ)
     try:
-        for name, start in [("PostgreSQL", start_postgres), ("Redis", start_redis)]:
-            stop, extra = start(root)
+        for name, start in [("PostgreSQL", start_postgres), ("PgBouncer", start_pgbouncer),
+                            ("Redis", start_redis)]:
+            if start is start_pgbouncer:
+                if "TEST_PG_PORT" not in env:
+                    continue  # no PostgreSQL to pool: said above
+                stop, extra = start_pgbouncer(root, env["TEST_PG_PORT"])
+            else:
+                stop, extra = start(root)
             if stop is None:
                 message = f"{name} is not installed: its tests will be skipped."
                 if required:

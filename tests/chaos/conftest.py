@@ -26,8 +26,9 @@ def chaos(transactional_db, tmp_path):
         pg_server = None
         if connection.vendor == "postgresql" and "TEST_PG_DATA" in os.environ:
             pg_server = PostgresServer()
+        options.setdefault("database_url", database_url(connection))
         config = RunConfig(seed=chaos_seed(), work_dir=tmp_path / f"{scenario.name}-{len(runs)}",
-                           database_url=database_url(connection), pg_server=pg_server, **options)
+                           pg_server=pg_server, **options)
         chaos_run = Run(config)
         runs.append(chaos_run)
         try:

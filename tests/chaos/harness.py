@@ -165,6 +165,7 @@ class RunConfig:
     survivor_grace_s: float = 3
     pg_server: object = None  # tests.servers.PostgresServer, for scenarios that stop PostgreSQL
     worker_db_options: dict = field(default_factory=dict)  # extra libpq parameters for workers
+    worker_env: dict = field(default_factory=dict)  # extra environment for workers (their settings)
     burners: int = 2  # busy processes of the CPU contention scenario
     cv_workers: int = 2  # runcvworker processes, in runs whose load has CV jobs
     cv_concurrency: int = 4
@@ -262,7 +263,8 @@ class Fleet:
         # and ids start again in every fresh database.
         env = {**os.environ, **self.run.config.timings.env(),
                "CHAOS_LEDGER_DIR": str(self.run.ledger_dir), RUN_ENV: self.run.id,
-               "MEDIA_ROOT": str(self.run.media_root), **self.run.extra_env}
+               "MEDIA_ROOT": str(self.run.media_root), **self.run.config.worker_env,
+               **self.run.extra_env}
         env.pop("REDIS_URL", None)
         if self.run.redis is not None:
             env["REDIS_URL"] = self.run.redis.url

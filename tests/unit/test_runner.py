@@ -36,3 +36,17 @@ def test_failures_are_read_back_from_both_phases_reports(tmp_path):
     ]
     assert runner.failures(tmp_path, runner.Database("postgres", "", [], "", 0)) == [
         "postgres-serial.xml: unreadable report"]
+
+
+def test_the_pgbouncer_pass_reruns_its_own_files_and_only_those():
+    everything = [runner.Database("postgres", "", [], "", 0),
+                  runner.Database("pgbouncer", "", [], "", 16, extra=True),
+                  runner.Database("sqlite", "", [], "", 8)]
+    names = lambda chosen: [d.name for d in chosen]  # noqa: E731
+    assert names(runner.choose(everything, None, [])) == ["postgres", "pgbouncer", "sqlite"]
+    assert names(runner.choose(everything, None, ["tests/unit"])) == ["postgres", "sqlite"]
+    assert names(runner.choose(everything, "pgbouncer", ["tests/unit"])) == ["pgbouncer"]
+    # A -k that matches none of its files: no failure, unless the pass was asked for.
+    empty = runner.Database("pgbouncer", "", [], "", 16, extra=True, codes=[5, 5])
+    assert runner.verdict(empty) == 0
+    assert runner.verdict(empty, asked=True) == runner.NO_TESTS_COLLECTED
