@@ -8,6 +8,7 @@ waits or limits: the kinds' policy (handlers.py) and the `insights` queue do.
 """
 
 import logging
+import uuid
 
 from django.conf import settings
 from django.db import transaction
@@ -118,7 +119,13 @@ def insights_prefetch(owner, *, asset_id=None, shot_id=None):
 def insights_drop_vanished(owner):
     """Cancel the owner's queued insight jobs whose subject no longer exists; returns how many."""
     queued = Job.objects.filter(owner=owner, kind__startswith="insights.", status=JobStatus.READY)
-    by_id = {str(job.payload.get("insight")): job for job in queued.only("pk", "payload", "queue")}
+    # Only jobs that write an insight name one; a prefetch waiting for its CV job does not.
+    by_id = {}
+    for job in queued.only("pk", "payload", "queue"):
+        try:
+            by_id[str(uuid.UUID(str(job.payload["insight"])))] = job
+        except (TypeError, KeyError, ValueError):
+            continue
     insights = {str(i.pk): i for i in Insight.objects.filter(pk__in=list(by_id))} if by_id else {}
     dropped = 0
     for insight_id, job in by_id.items():

@@ -177,6 +177,7 @@ def _post(url, document):
         with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as response:
             response.read(65536)
     except urllib.error.HTTPError as exc:
+        exc.close()  # it carries the refused response, and with it the socket
         raise Retry(_("The webhook answered HTTP %(status)d.") % {"status": exc.code},
                     code="webhook_refused") from None
     except (urllib.error.URLError, OSError) as exc:

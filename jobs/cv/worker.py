@@ -247,6 +247,7 @@ class CVWorker:
         self._held = Counter()  # raw message -> how many copies threads are serving
         self._suspects = Counter()  # orphans seen in the processing list at the last beat
         self._threads = []
+        self._heartbeat = None
         self._started_at = time.time()
 
     @property
@@ -273,7 +274,9 @@ class CVWorker:
                 return
             self.ready.set()
             logger.info("CV worker %s ready", self.worker_id)
-            threading.Thread(target=self._heartbeat_loop, name="cv-heartbeat", daemon=True).start()
+            self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="cv-heartbeat",
+                                               daemon=True)
+            self._heartbeat.start()
             # Daemon threads: a handler that ignores every stop request must
             # not keep the process alive once its job is handed back.
             self._threads = [threading.Thread(target=self._serve_loop, name=f"cv-job-{n}", daemon=True)
@@ -286,6 +289,10 @@ class CVWorker:
             self._shutdown()
         finally:
             self._beat_stop.set()
+            if self._heartbeat is not None:
+                # Its beat may be using the client: closing it under that call would end
+                # the thread with an error instead of a clean stop.
+                self._heartbeat.join(clients.SOCKET_TIMEOUT_S + 1)
             self.client.close()
             self.exited.set()
 

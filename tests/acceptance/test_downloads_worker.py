@@ -176,7 +176,8 @@ def test_cancel_mid_download_kills_the_child_and_deletes_the_partial(worker, ori
     assert done.job.error_code == "cancelled"
     wait_for(lambda: not processes_of(job), timeout=10, interval=0.2)
     wait_for(lambda: not storage.staging_dir(asset_id).exists(), timeout=10)
-    assert MediaAsset.objects.get(pk=asset_id).state == MediaAsset.State.PENDING
+    # The partial goes inside the transaction that lets go of the asset, a moment before it commits.
+    wait_for(lambda: MediaAsset.objects.get(pk=asset_id).state == MediaAsset.State.PENDING, timeout=10)
     assert done.status == "cancelled"
 
 

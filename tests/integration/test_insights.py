@@ -365,3 +365,16 @@ def test_a_stale_worker_cannot_overwrite_the_insight_once_its_lease_moved_on(use
     assert Insight.objects.get(pk=insight.pk).text == "written by the attempt holding the lease"
     job = Job.objects.get(pk=stale.pk)
     assert (job.status, job.lease_token, job.attempts) == (JobStatus.RUNNING, fresh.lease_token, 2)
+
+
+def test_a_prefetch_waiting_for_its_cv_job_survives_another_videos_prefetch(user):
+    """Jobs of the insight queue that write no insight (a prefetch waiting for its parent)
+    name none: looking for vanished subjects must pass them by, not fail on them."""
+    first, second = make_asset(user, "First"), make_asset(user, "Second")
+    parent = jobs.enqueue("tests.sleep_for", {"seconds": 60})
+    waiting = jobs.enqueue("insights.prefetch", {"after": "downloads.segment", "of": {"asset": first.pk}},
+                           owner=user, depends_on=[parent])
+    requested = services.insights_prefetch(user, asset_id=second.pk)
+    assert {insight.kind for insight in requested} == {InsightKind.LIBRARY_OVERVIEW,
+                                                       InsightKind.VIDEO_SUMMARY}
+    assert Job.objects.get(pk=waiting.pk).status == JobStatus.READY
