@@ -22,6 +22,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import models
+from django.db.models import Max
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.loader import render_to_string
@@ -558,9 +559,18 @@ class JobAdmin(admin.ModelAdmin):
         statuses, service = self.MATCHING[action_name]
         form = ActionOptionsForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
-            changed, skipped = service(matching, actor=request.user, reason=form.cleaned_data["reason"])
-            report(request, action, changed, skipped)
-            return HttpResponseRedirect(back)
+            # Never more than the confirmation named: jobs queued since (a higher id) are left
+            # out, and if others came to match meanwhile the page asks again with the new count.
+            confirmed, up_to = _whole(request.POST.get("count")), _whole(request.POST.get("up_to"))
+            bounded = matching.filter(pk__lte=up_to or 0)
+            if confirmed is not None and bounded.filter(status__in=statuses).count() <= confirmed:
+                changed, skipped = service(bounded, actor=request.user,
+                                           reason=form.cleaned_data["reason"])
+                report(request, action, changed, skipped)
+                return HttpResponseRedirect(back)
+            messages.warning(request, gettext(
+                "The matching jobs changed since the count was shown: nothing was done yet. "
+                "Check the new count."))
         chosen = matching.filter(status__in=statuses)
         context = {
             **self.admin_site.each_context(request),
@@ -570,6 +580,7 @@ class JobAdmin(admin.ModelAdmin):
             "action": action,
             "form": form,
             "matching_count": chosen.count(),
+            "up_to": chosen.aggregate(up_to=Max("pk"))["up_to"] or 0,
             "sample": chosen.order_by("pk")[:50],
             "filters": changelist.get_filters_params(),
             "search": changelist.query,
@@ -707,3 +718,9 @@ register_progress_words = admin_views.register_progress_words
 
 __all__ = ["ACTIONS", "PRIORITY_MAX", "PRIORITY_MIN", "linked_object", "redact", "register_job_link",
            "register_progress_words"]
+
+
+def _whole(text):
+    """A non-negative whole number from a form's hidden field, or None."""
+    text = str(text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else None

@@ -185,10 +185,13 @@ def _moment(text, *, end):
     if not text:
         return None
     try:
-        moment = parse_datetime(text)
-        day = None if moment else parse_date(text)
+        # A bare date first: parse_datetime reads one too (as its midnight), which would
+        # leave the last day of a range out.
+        day = parse_date(text)
         if day is not None:
             moment = datetime.combine(day + timedelta(days=1) if end else day, time.min)
+        else:
+            moment = parse_datetime(text)
         if moment is not None and timezone.is_naive(moment):
             moment = timezone.make_aware(moment)
     except (ValueError, OverflowError):  # 2024-02-30, the last day of year 9999, a DST gap

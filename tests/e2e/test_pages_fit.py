@@ -76,7 +76,8 @@ def user_pages(video):
 
 
 def admin_pages(job_id):
-    return {"admin-dashboard": "/admin/jobs/job/dashboard/",
+    return {"admin-index": "/admin/", "admin-dashboard": "/admin/jobs/job/dashboard/",
+            "admin-rate-limits": "/admin/jobs/ratelimit/",
             "admin-up-next": "/admin/jobs/job/up-next/?queue=downloads",
             "admin-queues": "/admin/jobs/job/queues/", "admin-workers": "/admin/jobs/job/workers/",
             "admin-job": f"/admin/jobs/job/{job_id}/change/", "admin-jobs": "/admin/jobs/job/",

@@ -68,6 +68,9 @@ def jobs(user, other_user):
     ({"since": (timezone.localdate() - timedelta(days=4)).isoformat(),
       "until": (timezone.localdate() - timedelta(days=2)).isoformat()}, {"old"}),
     ({"since": timezone.localdate().isoformat()}, {"video", "text_id", "other"}),
+    # A bare date as the end of a range is that whole day.
+    ({"since": timezone.localdate().isoformat(), "until": timezone.localdate().isoformat()},
+     {"video", "text_id", "other"}),
 ])
 def test_each_filter_narrows_the_list(staff, jobs, params, expected):
     found, _body = listed(staff, **params)
@@ -94,11 +97,18 @@ def test_a_nul_in_a_filter_is_refused_as_a_bad_request(staff, jobs):
     assert staff.get(CHANGELIST, {"payload": "a=\x00"}).status_code == 400
 
 
+def confirmation(staff, url, **fields):
+    """The confirmation page's body and what its form posts (the count it names, the last id)."""
+    body = staff.get(url).content.decode()
+    hidden = dict(re.findall(r'<input type="hidden" name="(count|up_to)" value="(\d+)">', body))
+    return body, {**hidden, **fields}
+
+
 def test_retry_all_matching_names_the_count_and_retries_only_those(staff, jobs):
     url = f"{RETRY_MATCHING}?payload=video.id%3D42"
-    body = staff.get(url).content.decode()
+    body, form = confirmation(staff, url, reason="the network is back")
     assert 'data-count="1"' in body and "1 failed job matches" in body
-    response = staff.post(url, {"reason": "the network is back"})
+    response = staff.post(url, form)
     assert response.status_code == 302
     assert Job.objects.get(pk=jobs["text_id"]).status == JobStatus.READY
     assert Job.objects.get(pk=jobs["other"]).status == JobStatus.FAILED
@@ -108,12 +118,35 @@ def test_cancel_all_matching_goes_past_the_page(staff, jobs):
     more = services.enqueue_many([("tests.noop", {"batch": i}, {}) for i in range(150)])
     assert more == 150
     url = f"{CANCEL_MATCHING}?kind=tests.noop"
-    body = staff.get(url).content.decode()
+    body, form = confirmation(staff, url, reason="stop the flood")
     assert 'data-count="151"' in body and "All 151 queued, running or paused jobs" in body
-    staff.post(url, {"reason": "stop the flood"})
+    staff.post(url, form)
     assert Job.objects.filter(kind="tests.noop", status=JobStatus.CANCELLED).count() == 151
     assert Job.objects.get(pk=jobs["text_id"]).status == JobStatus.FAILED  # not live: left alone
     assert Job.objects.get(pk=jobs["other"]).status == JobStatus.FAILED
+
+
+def test_all_matching_never_does_more_than_the_confirmation_named(staff, jobs):
+    services.enqueue_many([("tests.noop", {"batch": i}, {}) for i in range(3)])
+    url = f"{CANCEL_MATCHING}?kind=tests.noop"
+    body, form = confirmation(staff, url, reason="")
+    assert 'data-count="4"' in body
+    later = services.enqueue("tests.noop", {"batch": "later"})  # queued after the count was shown
+    staff.post(url, form)
+    assert Job.objects.filter(kind="tests.noop", status=JobStatus.CANCELLED).count() == 4
+    assert Job.objects.get(pk=later.pk).status == JobStatus.READY
+
+    # An older job that came to match meanwhile: nothing is done, the page asks again.
+    cancelled = list(Job.objects.filter(kind="tests.noop", status=JobStatus.CANCELLED).order_by("pk"))
+    Job.objects.filter(pk__in=[job.pk for job in cancelled[1:]]).update(status=JobStatus.FAILED)
+    url = f"{RETRY_MATCHING}?kind=tests.noop"
+    body, form = confirmation(staff, url, reason="")
+    assert 'data-count="4"' in body  # three of them, and the fixture's failed one
+    Job.objects.filter(pk=cancelled[0].pk).update(status=JobStatus.FAILED)
+    answer = staff.post(url, form)
+    assert answer.status_code == 200 and "changed since the count was shown" in answer.content.decode()
+    assert 'data-count="5"' in answer.content.decode()
+    assert Job.objects.filter(kind="tests.noop", status=JobStatus.FAILED).count() == 5
 
 
 def test_a_bad_filter_makes_all_matching_match_nothing(staff, jobs):
