@@ -110,7 +110,7 @@ def standing(job, *, served_kinds=None):
             return Standing(None, "running", _("Running."))
         return Standing(position, "rate_limited",
                         _("rate limit: next start at %(time)s")
-                        % {"time": timezone.localtime(opens_at).strftime("%H:%M:%S")},
+                        % {"time": _clock(opens_at)},
                         key=job.rate_key, until=opens_at)
     full = queue is not None and queue.concurrency is not None and Job.objects.filter(
         queue=job.queue, status=JobStatus.RUNNING).count() >= queue.concurrency
@@ -126,7 +126,7 @@ def standing(job, *, served_kinds=None):
     if next_start is not None and position == 1:
         return Standing(position, "queue_gap",
                         _("The queue waits between jobs; next start at %(time)s.")
-                        % {"time": timezone.localtime(next_start).strftime("%H:%M:%S")},
+                        % {"time": _clock(next_start)},
                         until=next_start)
     if position == 1:
         return Standing(position, "queued", _("Next in line."))
@@ -142,3 +142,11 @@ def queue_names():
     names = set(registry.queues())
     names.update(Queue.objects.values_list("name", flat=True))
     return sorted(names)
+
+
+def _clock(moment):
+    """A moment as the local time of day, with its date when that is not today (a rate
+    window or a queue's rest may end days ahead)."""
+    local = timezone.localtime(moment)
+    same_day = local.date() == timezone.localdate()
+    return local.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")

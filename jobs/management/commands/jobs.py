@@ -18,7 +18,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from jobs import admin_views, conf, metrics, selectors, services
+from jobs import admin_views, conf, dependencies, metrics, selectors, services
 from jobs.admin import redact
 from jobs.filters import FilterError, JobFilter
 from jobs.models import Job, JobStatus, Queue, Worker
@@ -125,7 +125,8 @@ class Command(BaseCommand):
             "priority": job.priority, "manual_position": job.position,
             "owner": job.owner.get_username() if job.owner else None,
             "unique_key": job.unique_key, "fingerprint": job.fingerprint,
-            "concurrency_keys": job.concurrency_keys, "blocked_key": job.blocked_key,
+            "concurrency_keys": job.concurrency_keys, "rate_key": job.rate_key,
+            "blocked_key": job.blocked_key, "on_dependency_failure": job.on_dependency_failure,
             "stop_requested": job.stop_requested, "attempts": job.attempts,
             "max_attempts": job.max_attempts, "snoozes": job.snoozes,
             "run_after": _iso(job.run_after), "worker": job.worker.name if job.worker else None,
@@ -142,11 +143,15 @@ class Command(BaseCommand):
                           "data": e["data"]} for e in admin_views.timeline(job)],
             "failed_attempts": [{k: v for k, v in entry.items() if k != "traceback"}
                                 for entry in job.errors or []],
+            # The job page's "Workflow" table: what it waits for and what waits for it.
+            "parents": [_link(other) for other in dependencies.parents_of(job)],
+            "children": [_link(other) for other in dependencies.children_of(job)],
         }
         if self.as_json:
             return self.emit(document)
         simple = {k: v for k, v in document.items()
-                  if k not in ("timeline", "failed_attempts", "payload", "result", "durations")}
+                  if k not in ("timeline", "failed_attempts", "payload", "result", "durations",
+                               "parents", "children")}
         width = max(len(k) for k in simple)
         for key, value in simple.items():
             if value not in (None, "", []):
@@ -159,6 +164,11 @@ class Command(BaseCommand):
         self.table(["at", "what", "attempt", "who", "why"], [
             [e["at"], e["what"], e["attempt"] or "", e["actor"] or "", e["reason"]]
             for e in document["timeline"]])
+        for name, title in (("parents", "Waits for"), ("children", "Waited for by")):
+            if document[name]:
+                self.stdout.write(f"\n{title}:")
+                self.table(["id", "kind", "status"],
+                           [[e["id"], e["kind"], e["status"]] for e in document[name]])
         if document["failed_attempts"]:
             self.stdout.write("\nFailed attempts:")
             self.table(["attempt", "code", "at", "message"], [
@@ -247,3 +257,6 @@ def _text(value):
         return f"{value.total_seconds():g}s"
     return "" if value is None else " ".join(str(value).split())
 
+
+def _link(job):
+    return {"id": job.pk, "kind": job.kind, "status": job.status}
