@@ -397,6 +397,52 @@ def complete_batch(rows):
     return {job_id: bool(has_dependents) for job_id, has_dependents in done}
 
 
+def complete_plain(rows, *, minute, event_kind, event_data):
+    """PostgreSQL: mark RUNNING jobs SUCCESSFUL, note their events and count them in the rollup,
+    all in one statement; `rows` are (id, lease token, result, took_s, histogram bucket).
+
+    For jobs whose end frees nothing and runs nothing of the app (see
+    services.complete_many): one statement is its own transaction, so the
+    event and the rollup's count commit with the transition or not at all,
+    with no BEGIN and COMMIT round trips. Each row is guarded by its token and
+    by `NOT has_dependents`: a job that has dependents is left RUNNING for the
+    caller to finish in a transaction that decides them. A link being made
+    locks the parent's row first, so this UPDATE waits for it and sees its flag.
+    Returns the ids that were completed.
+    """
+    token_field = Job._meta.get_field("lease_token")
+    params, values = [], []
+    for job_id, token, result, took_s, bucket in rows:
+        values.append("(%s::bigint, %s::uuid, %s::jsonb, %s::float8, %s::int)")
+        params += [job_id, token_field.get_db_prep_value(token, connection),
+                   None if result is None else json.dumps(result), took_s, bucket]
+    minute = JobRollup._meta.get_field("minute").get_db_prep_value(minute, connection)
+    at = JobEvent._meta.get_field("at").get_db_prep_value(timezone.now(), connection)
+    buckets = ", ".join(f"count(*) FILTER (WHERE bucket = {i})" for i in range(len(DURATION_COLUMNS)))
+    added = ", ".join(f"{name} = jobs_jobrollup.{name} + excluded.{name}" for name in _ROLLUP_ADDED)
+    done = _execute(
+        f"WITH v(id, token, result, took, bucket) AS (VALUES {', '.join(values)}), "
+        "done AS (UPDATE jobs_job SET status = 'SUCCESSFUL', result = v.result, progress = 1.0, "
+        f"finished_at = {now()}, updated_at = {now()}, error = '', error_code = '', "
+        "worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, blocked_key = NULL, "
+        "stop_requested = '' FROM v WHERE v.id = jobs_job.id AND jobs_job.status = 'RUNNING' "
+        "AND jobs_job.lease_token = v.token AND NOT jobs_job.has_dependents "
+        "RETURNING jobs_job.id, jobs_job.attempts, jobs_job.queue, jobs_job.kind, v.took, v.bucket), "
+        "events AS (INSERT INTO jobs_jobevent (job_id, at, kind, reason, attempt, data, actor_id) "
+        "SELECT id, %s, %s, '', attempts, %s::jsonb, NULL FROM done), "
+        # Sorted, as upsert_rollup's rows are, so two writers lock them in one order.
+        f"counted AS (INSERT INTO jobs_jobrollup (queue, kind, minute, {', '.join(_ROLLUP_ADDED)}, "
+        "took_max_s) SELECT queue, kind, %s, count(*), 0, 0, 0, count(took), "
+        f"COALESCE(sum(took), 0), {buckets}, COALESCE(max(took), 0) FROM done "
+        "GROUP BY queue, kind ORDER BY queue, kind "
+        f"ON CONFLICT (queue, kind, minute) DO UPDATE SET {added}, "
+        "took_max_s = GREATEST(jobs_jobrollup.took_max_s, excluded.took_max_s)) "
+        "SELECT id FROM done",
+        [*params, at, event_kind, json.dumps(event_data), minute],
+    )
+    return {job_id for (job_id,) in done}
+
+
 # --- The per-minute rollup (jobs/rollup.py) -----------------------------------------
 
 _ROLLUP_ADDED = ("succeeded", "failed", "cancelled", "retried", "took_count", "took_sum_s",
