@@ -237,7 +237,8 @@ def fit(candidates, *, queue, room):
     if unreadable:
         from jobs import services
 
-        services.fail_unreadable(unreadable, code="invalid_keys")
+        services.fail_unreadable(list(Job.objects.filter(pk__in=[job.pk for job in unreadable])),
+                                 code="invalid_keys")
         candidates = [job for job in candidates if job not in unreadable]
     slots = Slots({key for job in candidates for key in job.concurrency_keys})
     # Locked after the concurrency rows, as everywhere, so two lockers never deadlock.

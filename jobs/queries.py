@@ -198,7 +198,7 @@ def _new_values(job, public_id=None):
 # Every served queue's first candidates in one statement (PostgreSQL): a
 # LATERAL subquery per queue walks that queue's slice of the claim index.
 FIRST_CANDIDATES = f"""
-SELECT j.* FROM unnest(%s::text[]) WITH ORDINALITY AS q(name, n)
+SELECT j.id, j.queue, j.concurrency_keys, j.rate_key FROM unnest(%s::text[]) WITH ORDINALITY AS q(name, n)
 CROSS JOIN LATERAL (
     SELECT * FROM jobs_job
     WHERE status = 'READY' AND blocked_key IS NULL AND queue = q.name
@@ -210,13 +210,37 @@ ORDER BY q.n, {", ".join(f"j.{term}" for term in order.SQL.split(", "))}
 """
 
 
+class Candidate:
+    """A READY row as the claim decides on it (jobs/limits.py's `fit`): its id, queue and keys.
+
+    No model: a claim reads more candidates than it takes, and the rows it
+    takes come back whole from `mark_running`.
+    """
+
+    __slots__ = ("pk", "queue", "concurrency_keys", "rate_key")
+    COLUMNS = ("id", "queue", "concurrency_keys", "rate_key")
+
+    def __init__(self, pk, queue, concurrency_keys, rate_key):
+        self.pk, self.queue, self.rate_key = pk, queue, rate_key
+        self.concurrency_keys = _KEYS_FIELD.from_db_value(concurrency_keys, None, connection)
+
+
+_KEYS_FIELD = Job._meta.get_field("concurrency_keys")
+
+
+def candidates(statement, params):
+    """Run a candidate query that selects Candidate.COLUMNS; its Candidates, in its order."""
+    return [Candidate(*row) for row in _execute(statement, params)]
+
+
 def first_candidates(queues, kinds, count):
     """Each queue's first `count` claimable jobs in claim order, locked, skipping held rows."""
-    return list(Job.objects.raw(FIRST_CANDIDATES, [queues, list(kinds), count]))
+    return candidates(FIRST_CANDIDATES, [queues, list(kinds), count])
 
 
 def mark_running(ids, *, worker, token, lease_s):
-    """The claim's final step: the chosen jobs RUNNING under one new lease, by id."""
+    """The claim's final step: the chosen jobs RUNNING under one new lease, by id; returns
+    their rows as Jobs, in the order of `ids`."""
     token = Job._meta.get_field("lease_token").get_db_prep_value(token, connection)
     marks = ", ".join(["%s"] * len(ids))
     if is_postgres():
@@ -227,16 +251,18 @@ def mark_running(ids, *, worker, token, lease_s):
         expires = "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW', %s)"
         append = "json_insert(worker_ids, '$[#]', %s)"
         params = [worker.pk, token, f"+{lease_s} seconds", worker.name, *ids]
-    _execute(
+    rows = Job.objects.raw(
         f"UPDATE jobs_job SET status = 'RUNNING', worker_id = %s, lease_token = %s, "
         f"lease_expires_at = {expires}, attempts = attempts + 1, started_at = {now()}, "
         # The right-hand started_at is the previous attempt's: a row attempted
         # before first_started_at existed keeps the earliest start it knows.
         f"first_started_at = COALESCE(first_started_at, started_at, {now()}), "
         f"updated_at = {now()}, stop_requested = '', blocked_key = NULL, "
-        f"worker_ids = {append} WHERE id IN ({marks})",
+        f"worker_ids = {append} WHERE id IN ({marks}) RETURNING *",
         params,
     )
+    by_id = {job.pk: job for job in rows}
+    return [by_id[pk] for pk in ids]
 
 
 # --- Concurrency keys ----------------------------------------------------------
