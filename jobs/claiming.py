@@ -82,23 +82,18 @@ def claim(worker, *, queues, kinds, limit, slots=None):
                 started.append(queue)
         if not chosen:
             return chosen
-        token = uuid.uuid4()
-        queries.mark_running([job.pk for job in chosen], worker=worker, token=token,
-                             lease_s=conf.JOBS_LEASE_SECONDS)
+        jobs = Claimed(queries.mark_running([job.pk for job in chosen], worker=worker,
+                                            token=uuid.uuid4(), lease_s=conf.JOBS_LEASE_SECONDS))
         for queue in started:
             limits.rest(queue)  # a queue with a gap rests from each start
-    # The rows hold the database's clock; this copy, which the attempt's
-    # TaskResult is built from, is this process's, close enough.
+    jobs.rate_opens_in_s = chosen.rate_opens_in_s
+    # The attempt's run time (the rollup, the TaskResult) is measured on this
+    # process's clock, from here: a database clock apart from it would skew it.
     now = timezone.now()
-    for job in chosen:
-        job.status = JobStatus.RUNNING
+    for job in jobs:
         job.worker = worker
-        job.lease_token = token
-        job.attempts += 1
-        job.worker_ids = [*job.worker_ids, worker.name]
-        job.first_started_at = job.first_started_at or job.started_at or now
         job.started_at = now
-    return chosen
+    return jobs
 
 
 def _choose(queue, *, kinds, want, claimed, first=None):
@@ -136,14 +131,21 @@ _compiled = {}
 
 def _candidates(queue, kinds, count, *, exclude):
     """Run the candidate query, compiled once per shape: the ORM's compile
-    step costs more than the query itself at thousands of claims a second."""
+    step costs more than the query itself at thousands of claims a second.
+    Candidates, not models: only what `limits.fit` decides on is read."""
     if exclude:
-        return list(candidates_query(queue, kinds).exclude(pk__in=exclude)[:count])
+        query = candidates_query(queue, kinds).exclude(pk__in=exclude)
+        return queries.candidates(*_columns(query)[:count].query.sql_with_params())
     key = (connection.alias, queue, tuple(kinds), count)
     compiled = _compiled.get(key)
     if compiled is None:
-        compiled = _compiled[key] = candidates_query(queue, kinds)[:count].query.sql_with_params()
-    return list(Job.objects.raw(*compiled))
+        query = _columns(candidates_query(queue, kinds))
+        compiled = _compiled[key] = query[:count].query.sql_with_params()
+    return queries.candidates(*compiled)
+
+
+def _columns(query):
+    return query.values_list(*queries.Candidate.COLUMNS)
 
 
 def candidates_query(queue, kinds):

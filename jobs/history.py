@@ -42,6 +42,11 @@ def note_many(jobs, event, *, status):
     """`note()` for a batch that one statement moved together (completions), in one named
     INSERT: building and compiling a model per event cost more than the completion itself."""
     queries.insert_events(jobs, str(event), {"status": str(status)})
+    log_many(jobs, event, status=status)
+
+
+def log_many(jobs, event, *, status):
+    """The log records of a batch whose events one statement wrote (see note_many)."""
     for job in jobs:
         _log_on_commit(job, event, status=status, attempt=job.attempts)
 

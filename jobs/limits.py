@@ -237,7 +237,8 @@ def fit(candidates, *, queue, room):
     if unreadable:
         from jobs import services
 
-        services.fail_unreadable(unreadable, code="invalid_keys")
+        services.fail_unreadable(list(Job.objects.filter(pk__in=[job.pk for job in unreadable])),
+                                 code="invalid_keys")
         candidates = [job for job in candidates if job not in unreadable]
     slots = Slots({key for job in candidates for key in job.concurrency_keys})
     # Locked after the concurrency rows, as everywhere, so two lockers never deadlock.
@@ -301,7 +302,7 @@ def unpark(keys):
 def left_running(jobs):
     """In the transaction that moved `jobs` out of RUNNING: free their slots, rest their queues."""
     unpark([key for job in jobs for key in job.concurrency_keys])
-    gapped = {job.queue for job in jobs if (queue_settings(job.queue) or _NO_QUEUE).gap_seconds}
+    gapped = {job.queue for job in jobs if (queue_settings(job.queue) or NO_QUEUE).gap_seconds}
     for name in gapped:
         rest(name)
 
@@ -423,7 +424,7 @@ def set_rate(key, limit, period_seconds):
 # their row when they admit a job, so those decisions are never stale.
 QUEUE_CACHE_S = 1.0
 _queue_cache = {}
-_NO_QUEUE = Queue(name="", gap_seconds=0)
+NO_QUEUE = Queue(name="", gap_seconds=0)
 
 
 def queue_settings(name):

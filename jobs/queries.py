@@ -198,7 +198,7 @@ def _new_values(job, public_id=None):
 # Every served queue's first candidates in one statement (PostgreSQL): a
 # LATERAL subquery per queue walks that queue's slice of the claim index.
 FIRST_CANDIDATES = f"""
-SELECT j.* FROM unnest(%s::text[]) WITH ORDINALITY AS q(name, n)
+SELECT j.id, j.queue, j.concurrency_keys, j.rate_key FROM unnest(%s::text[]) WITH ORDINALITY AS q(name, n)
 CROSS JOIN LATERAL (
     SELECT * FROM jobs_job
     WHERE status = 'READY' AND blocked_key IS NULL AND queue = q.name
@@ -210,13 +210,37 @@ ORDER BY q.n, {", ".join(f"j.{term}" for term in order.SQL.split(", "))}
 """
 
 
+class Candidate:
+    """A READY row as the claim decides on it (jobs/limits.py's `fit`): its id, queue and keys.
+
+    No model: a claim reads more candidates than it takes, and the rows it
+    takes come back whole from `mark_running`.
+    """
+
+    __slots__ = ("pk", "queue", "concurrency_keys", "rate_key")
+    COLUMNS = ("id", "queue", "concurrency_keys", "rate_key")
+
+    def __init__(self, pk, queue, concurrency_keys, rate_key):
+        self.pk, self.queue, self.rate_key = pk, queue, rate_key
+        self.concurrency_keys = _KEYS_FIELD.from_db_value(concurrency_keys, None, connection)
+
+
+_KEYS_FIELD = Job._meta.get_field("concurrency_keys")
+
+
+def candidates(statement, params):
+    """Run a candidate query that selects Candidate.COLUMNS; its Candidates, in its order."""
+    return [Candidate(*row) for row in _execute(statement, params)]
+
+
 def first_candidates(queues, kinds, count):
     """Each queue's first `count` claimable jobs in claim order, locked, skipping held rows."""
-    return list(Job.objects.raw(FIRST_CANDIDATES, [queues, list(kinds), count]))
+    return candidates(FIRST_CANDIDATES, [queues, list(kinds), count])
 
 
 def mark_running(ids, *, worker, token, lease_s):
-    """The claim's final step: the chosen jobs RUNNING under one new lease, by id."""
+    """The claim's final step: the chosen jobs RUNNING under one new lease, by id; returns
+    their rows as Jobs, in the order of `ids`."""
     token = Job._meta.get_field("lease_token").get_db_prep_value(token, connection)
     marks = ", ".join(["%s"] * len(ids))
     if is_postgres():
@@ -227,16 +251,18 @@ def mark_running(ids, *, worker, token, lease_s):
         expires = "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW', %s)"
         append = "json_insert(worker_ids, '$[#]', %s)"
         params = [worker.pk, token, f"+{lease_s} seconds", worker.name, *ids]
-    _execute(
+    rows = Job.objects.raw(
         f"UPDATE jobs_job SET status = 'RUNNING', worker_id = %s, lease_token = %s, "
         f"lease_expires_at = {expires}, attempts = attempts + 1, started_at = {now()}, "
         # The right-hand started_at is the previous attempt's: a row attempted
         # before first_started_at existed keeps the earliest start it knows.
         f"first_started_at = COALESCE(first_started_at, started_at, {now()}), "
         f"updated_at = {now()}, stop_requested = '', blocked_key = NULL, "
-        f"worker_ids = {append} WHERE id IN ({marks})",
+        f"worker_ids = {append} WHERE id IN ({marks}) RETURNING *",
         params,
     )
+    by_id = {job.pk: job for job in rows}
+    return [by_id[pk] for pk in ids]
 
 
 # --- Concurrency keys ----------------------------------------------------------
@@ -395,6 +421,52 @@ def complete_batch(rows):
         params,
     )
     return {job_id: bool(has_dependents) for job_id, has_dependents in done}
+
+
+def complete_plain(rows, *, minute, event_kind, event_data):
+    """PostgreSQL: mark RUNNING jobs SUCCESSFUL, note their events and count them in the rollup,
+    all in one statement; `rows` are (id, lease token, result, took_s, histogram bucket).
+
+    For jobs whose end frees nothing and runs nothing of the app (see
+    services.complete_many): one statement is its own transaction, so the
+    event and the rollup's count commit with the transition or not at all,
+    with no BEGIN and COMMIT round trips. Each row is guarded by its token and
+    by `NOT has_dependents`: a job that has dependents is left RUNNING for the
+    caller to finish in a transaction that decides them. A link being made
+    locks the parent's row first, so this UPDATE waits for it and sees its flag.
+    Returns the ids that were completed.
+    """
+    token_field = Job._meta.get_field("lease_token")
+    params, values = [], []
+    for job_id, token, result, took_s, bucket in rows:
+        values.append("(%s::bigint, %s::uuid, %s::jsonb, %s::float8, %s::int)")
+        params += [job_id, token_field.get_db_prep_value(token, connection),
+                   None if result is None else json.dumps(result), took_s, bucket]
+    minute = JobRollup._meta.get_field("minute").get_db_prep_value(minute, connection)
+    at = JobEvent._meta.get_field("at").get_db_prep_value(timezone.now(), connection)
+    buckets = ", ".join(f"count(*) FILTER (WHERE bucket = {i})" for i in range(len(DURATION_COLUMNS)))
+    added = ", ".join(f"{name} = jobs_jobrollup.{name} + excluded.{name}" for name in _ROLLUP_ADDED)
+    done = _execute(
+        f"WITH v(id, token, result, took, bucket) AS (VALUES {', '.join(values)}), "
+        "done AS (UPDATE jobs_job SET status = 'SUCCESSFUL', result = v.result, progress = 1.0, "
+        f"finished_at = {now()}, updated_at = {now()}, error = '', error_code = '', "
+        "worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, blocked_key = NULL, "
+        "stop_requested = '' FROM v WHERE v.id = jobs_job.id AND jobs_job.status = 'RUNNING' "
+        "AND jobs_job.lease_token = v.token AND NOT jobs_job.has_dependents "
+        "RETURNING jobs_job.id, jobs_job.attempts, jobs_job.queue, jobs_job.kind, v.took, v.bucket), "
+        "events AS (INSERT INTO jobs_jobevent (job_id, at, kind, reason, attempt, data, actor_id) "
+        "SELECT id, %s, %s, '', attempts, %s::jsonb, NULL FROM done), "
+        # Sorted, as upsert_rollup's rows are, so two writers lock them in one order.
+        f"counted AS (INSERT INTO jobs_jobrollup (queue, kind, minute, {', '.join(_ROLLUP_ADDED)}, "
+        "took_max_s) SELECT queue, kind, %s, count(*), 0, 0, 0, count(took), "
+        f"COALESCE(sum(took), 0), {buckets}, COALESCE(max(took), 0) FROM done "
+        "GROUP BY queue, kind ORDER BY queue, kind "
+        f"ON CONFLICT (queue, kind, minute) DO UPDATE SET {added}, "
+        "took_max_s = GREATEST(jobs_jobrollup.took_max_s, excluded.took_max_s)) "
+        "SELECT id FROM done",
+        [*params, at, event_kind, json.dumps(event_data), minute],
+    )
+    return {job_id for (job_id,) in done}
 
 
 # --- The per-minute rollup (jobs/rollup.py) -----------------------------------------

@@ -61,6 +61,16 @@ def count(entries, *, now=None):
         queries.upsert_rollup([(queue, kind, minute, row) for (queue, kind), row in sorted(rows.items())])
 
 
+def timing(job, now):
+    """(run time of `job`'s current attempt in seconds, its histogram bucket's index), or
+    (None, None) for a job that never started: what `count` adds for a finished attempt."""
+    took = took_s(job, now)
+    if took is None:
+        return None, None
+    took = max(0.0, took)
+    return took, DURATION_COLUMNS.index(bucket_of(took))
+
+
 def took_s(job, now=None):
     """The run time of `job`'s current attempt (claimed at `job.started_at`), in seconds."""
     if job.started_at is None:

@@ -308,10 +308,7 @@ def _finished(entries, status, *, ran, has_dependents=None):
         dependencies.parents_ended(parents)
     now = timezone.now()
     for job, fields in entries:
-        job.status = status
-        for name, value in fields.items():
-            setattr(job, name, value)
-        job.finished_at = job.finished_at or now
+        _finished_in_memory(job, status, fields, now)
     timed = ran and status != JobStatus.CANCELLED  # a cancel cuts an attempt short
     # The engine's own bookkeeping, like the event noted with it: no savepoint of its own.
     rollup.count([(job, _COUNTED[status], rollup.took_s(job, now) if timed else None)
@@ -323,6 +320,14 @@ def _finished(entries, status, *, ran, has_dependents=None):
         if status == JobStatus.FAILED:
             _guarded(notices.job_failed, job, what=f"the failure notice of job {job.pk}")
         transaction.on_commit(lambda job=job: signals.job_finished.send(Job, job=job))
+
+
+def _finished_in_memory(job, status, fields, now):
+    """The job as the writer knows it after its final transition (what `job_finished` carries)."""
+    job.status = status
+    for name, value in fields.items():
+        setattr(job, name, value)
+    job.finished_at = job.finished_at or now
 
 
 def _guarded(write, *args, what, **kwargs):
@@ -378,7 +383,50 @@ def leave_running(job, outcome, *, status, expired=False, reason="", level=loggi
 
 
 def complete_many(jobs_results):
-    """RUNNING → SUCCESSFUL for a batch of (job, result) in one statement; returns the ids that stuck."""
+    """RUNNING → SUCCESSFUL for a batch of (job, result); returns the ids that stuck.
+
+    The plain ones (see `_is_plain`) go first in one statement without a
+    transaction around it; the rest, and any plain one that statement left
+    (it has dependents, or lost its lease), in one transaction that frees
+    their slots and decides their dependents.
+    """
+    if not jobs_results:
+        return []
+    done = _complete_plain([(job, result) for job, result in jobs_results if _is_plain(job)])
+    rest = [(job, result) for job, result in jobs_results if job.pk not in done]
+    return [*done, *_complete_in_transaction(rest)]
+
+
+def _is_plain(job):
+    """Whether ending `job` needs nothing but its own row, event and rollup count: PostgreSQL
+    (one statement holds them all), no concurrency keys to free, no queue gap to rest, no
+    `finished` hook of its kind. (A rate key needs nothing at the end; dependents are
+    checked by the statement itself.)"""
+    return (queries.is_postgres() and not job.concurrency_keys
+            and registry.policy(job.kind).finished is None
+            and not (limits.queue_settings(job.queue) or limits.NO_QUEUE).gap_seconds)
+
+
+def _complete_plain(jobs_results):
+    """`complete_many` for plain jobs: one statement, which is its own transaction."""
+    if not jobs_results:
+        return set()
+    now = timezone.now()
+    timings = {job.pk: rollup.timing(job, now) for job, _result in jobs_results}
+    done = queries.complete_plain(
+        [(job.pk, job.lease_token, result, *timings[job.pk]) for job, result in jobs_results],
+        minute=rollup.minute_of(now), event_kind=str(Outcome.SUCCEEDED),
+        event_data={"status": str(JobStatus.SUCCESSFUL)})
+    finished = [(job, result) for job, result in jobs_results if job.pk in done]
+    history.log_many([job for job, _result in finished], Outcome.SUCCEEDED,
+                     status=JobStatus.SUCCESSFUL)
+    for job, result in finished:
+        _finished_in_memory(job, JobStatus.SUCCESSFUL, {"result": result}, now)
+        transaction.on_commit(lambda job=job: signals.job_finished.send(Job, job=job))
+    return done
+
+
+def _complete_in_transaction(jobs_results):
     if not jobs_results:
         return []
     with transaction.atomic():
