@@ -346,13 +346,7 @@ def rate_opening_in():
 
 def park_rate_backlog(rate_key, blocked_key, queue, batch):
     """Park up to `batch` more claimable jobs of `queue` with `rate_key` (its rate row is locked)."""
-    skip = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
-    _execute(
-        "UPDATE jobs_job SET blocked_key = %s WHERE id IN ("
-        "SELECT id FROM jobs_job WHERE status = 'READY' AND blocked_key IS NULL AND queue = %s "
-        f"AND rate_key = %s AND run_after <= {now()} LIMIT %s{skip})",
-        [blocked_key, queue, rate_key, batch],
-    )
+    _park_claimable(blocked_key, queue, batch, f"rate_key = %s AND run_after <= {now()}", [rate_key])
 
 
 def running_counts(keys):
@@ -382,12 +376,18 @@ def running_counts(keys):
 
 def park_backlog(key, queue, batch):
     """Park up to `batch` more claimable jobs of `queue` that carry `key` (its limit row is locked)."""
+    _park_claimable(key, queue, batch, has_key_condition(), [key])
+
+
+def _park_claimable(blocked_key, queue, batch, condition, params):
+    """Set `blocked_key` on up to `batch` claimable jobs of `queue` matching `condition`
+    (skipping rows another claim holds, on PostgreSQL)."""
     skip = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
     _execute(
         "UPDATE jobs_job SET blocked_key = %s WHERE id IN ("
         "SELECT id FROM jobs_job WHERE status = 'READY' AND blocked_key IS NULL AND queue = %s "
-        f"AND {has_key_condition()} LIMIT %s{skip})",
-        [key, queue, key, batch],
+        f"AND {condition} LIMIT %s{skip})",
+        [blocked_key, queue, *params, batch],
     )
 
 

@@ -283,7 +283,10 @@ def test_retry_every_failed_job_matching_the_lists_filter(staff):
     body = staff.get(url).content.decode()
     assert "2 failed jobs match the list&#x27;s filters" in body or "2 failed jobs match" in body
     assert Job.objects.filter(status=JobStatus.FAILED).count() == 3
-    response = staff.post(url, {"reason": "after the fix"})
+    # The form posts back what it named: the count and the last id it covered.
+    confirmed = {"count": "2", "up_to": str(max(j.pk for j in match))}
+    assert all(f'name="{k}" value="{v}"' in body for k, v in confirmed.items())
+    response = staff.post(url, {"reason": "after the fix", **confirmed})
     assert response.status_code == 302 and response["Location"] == f"{CHANGELIST}?kind=tests.noop"
     assert {j.pk for j in Job.objects.filter(status=JobStatus.READY)} == {j.pk for j in match}
     assert Job.objects.get(pk=other_kind.pk).status == JobStatus.FAILED
