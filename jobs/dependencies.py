@@ -29,7 +29,7 @@ import uuid
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from jobs import limits, queries, registry
+from jobs import limits, queries, registry, wakeup
 from jobs.models import (
     LIVE_STATUSES,
     Job,
@@ -128,7 +128,7 @@ def _decide(child):
             child.on_dependency_failure == OnDependencyFailure.RUN:
         if Job.objects.filter(pk=child.pk, status=JobStatus.READY,
                               blocked_key=limits.PARENTS).update(blocked_key=None):
-            services.notify_queue(child.queue)
+            wakeup.notify(child.queue)
         return
     services.cancel_dependent(
         child, reason=_("An earlier job it depends on failed or was cancelled."),

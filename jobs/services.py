@@ -280,8 +280,6 @@ def _notify(queue):
     wakeup.notify(queue)
 
 
-notify_queue = _notify
-
 
 # How the rollup counts each final state (jobs/rollup.py).
 _COUNTED = {JobStatus.SUCCESSFUL: "succeeded", JobStatus.FAILED: "failed",
@@ -644,5 +642,5 @@ __all__ = [
     "renew_leases", "fail_unserved", "fail_unreadable",
     "cancel", "cancel_matching", "pause", "resume", "retry", "retry_matching", "move_to_front",
     "move_up", "move_down", "set_priority_tier", "set_limit", "set_rate", "set_queue",
-    "command_worker", "cancel_dependent", "notify_queue",
+    "command_worker", "cancel_dependent",
 ]
