@@ -5,7 +5,9 @@ One short transaction for every queue a worker serves:
 1. read each queue's settings (paused? a global limit or a gap? then lock
    its row and see how many it may start: jobs/limits.py);
 2. pick candidates in claim order (jobs/order.py) from the partial index,
-   skipping rows other claimers hold (`FOR UPDATE SKIP LOCKED`);
+   skipping rows other claimers hold (`FOR UPDATE SKIP LOCKED`); on
+   PostgreSQL the statements of steps 1 and 2 travel in one round trip
+   (queries.together), each still running after the one before it;
 3. lock the limit rows of the candidates' concurrency keys and count the
    RUNNING jobs that carry them; lock the rate rows of their rate keys;
 4. take the candidates that fit every key and whose rate window has room;
@@ -51,25 +53,36 @@ def claim(worker, *, queues, kinds, limit, slots=None):
     `slots` ({queue: free slots}) caps each queue of a worker that gives its
     queues slots of their own; without it they share `limit`. One transaction
     for all queues: on PostgreSQL the first candidates of every queue come
-    from one statement, so an idle worker serving four queues pays four
-    round trips for a claim, not a dozen.
+    from one statement, sent with BEGIN and the limited queues' locks in one
+    round trip, so a claim that finds its jobs among them costs three round
+    trips (that one, the UPDATE, COMMIT) whatever the number of queues.
     """
     chosen = Claimed()
+    asked = {}
+    for queue in queues:
+        cap = limit if slots is None else min(limit, slots.get(queue, 0))
+        row = limits.queue_settings(queue)
+        if cap > 0 and not (row is not None and row.paused):
+            asked[queue] = (cap, row)
+    if not asked:
+        return chosen
     with transaction.atomic():
+        # One round trip on PostgreSQL for BEGIN, the limited queues' locks and
+        # counts and every queue's first candidates: a queue whose allowance
+        # turns out to be 0 holds its candidates' row locks until this commits.
+        with queries.together():
+            allowances = {queue: limits.Allowance(queue) for queue, (_cap, row) in asked.items()
+                          if limits.is_limited(row)}
+            read_first = _first_candidates(list(asked), kinds,
+                                      max(cap for cap, _row in asked.values()) + OVERFETCH)
         plan = {}
-        for queue in queues:
-            cap = limit if slots is None else min(limit, slots.get(queue, 0))
-            if cap <= 0:
-                continue
-            row = limits.queue_settings(queue)
-            if row is not None and row.paused:
-                continue
-            want = limits.queue_allowance(queue, cap) if limits.is_limited(row) else cap
+        for queue, (cap, _row) in asked.items():
+            want = allowances[queue](cap) if queue in allowances else cap
             if want > 0:
                 plan[queue] = want
         if not plan:
             return chosen
-        first = _first_candidates(list(plan), kinds, max(plan.values()) + OVERFETCH)
+        first = read_first()
         started = []
         for queue, want in plan.items():
             room = min(want, limit - len(chosen))
@@ -103,7 +116,7 @@ def _choose(queue, *, kinds, want, claimed, first=None):
         if round_ == 0 and first is not None:
             candidates = first
         else:
-            candidates = _candidates(queue, kinds, batch + OVERFETCH, exclude=seen)
+            candidates = _send_candidates(queue, kinds, batch + OVERFETCH, exclude=seen).rows()
         if not candidates:
             break
         seen.extend(job.pk for job in candidates)
@@ -117,20 +130,28 @@ def _choose(queue, *, kinds, want, claimed, first=None):
 
 
 def _first_candidates(queues, kinds, count):
-    """{queue: its first `count` candidates}, locked; one statement on PostgreSQL."""
+    """Send the query of every queue's first `count` candidates (locked; one statement on
+    PostgreSQL); returns a function that reads them as {queue: its candidates}."""
     if connection.vendor != "postgresql" or len(queues) == 1:
-        return {queue: _candidates(queue, kinds, count, exclude=()) for queue in queues}
-    found = {queue: [] for queue in queues}
-    for job in queries.first_candidates(queues, kinds, count):
-        found[job.queue].append(job)
-    return found
+        sent = [_send_candidates(queue, kinds, count, exclude=()) for queue in queues]
+    else:
+        sent = [queries.first_candidates(queues, kinds, count)]
+
+    def read():
+        found = {queue: [] for queue in queues}
+        for pending in sent:
+            for job in pending.rows():
+                found[job.queue].append(job)
+        return found
+
+    return read
 
 
 _compiled = {}
 
 
-def _candidates(queue, kinds, count, *, exclude):
-    """Run the candidate query, compiled once per shape: the ORM's compile
+def _send_candidates(queue, kinds, count, *, exclude):
+    """Send the candidate query, compiled once per shape: the ORM's compile
     step costs more than the query itself at thousands of claims a second.
     Candidates, not models: only what `limits.fit` decides on is read."""
     if exclude:

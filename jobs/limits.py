@@ -36,7 +36,6 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
-from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -459,24 +458,38 @@ def is_limited(row):
     return row is not None and (row.concurrency is not None or bool(row.gap_seconds))
 
 
-def queue_allowance(name, want):
-    """How many jobs a queue with a global limit or a gap may start now; locks its row.
+class Allowance:
+    """How many jobs a queue with a global limit or a gap may start now.
 
-    A resting queue starts none; one with a gap starts one at a time (the
-    start begins the next rest).
+    Asked in two statements, which a claim sends with its others in one round
+    trip (queries.together): the queue's row locked, then its RUNNING jobs
+    counted. The count runs after the lock is ours, so a claimer that waited
+    for it counts the claims it waited for. A resting queue starts none; one
+    with a gap starts one at a time (the start begins the next rest).
     """
-    # The database's clock decides, as it does for leases: workers' clocks may differ.
-    row = _sane(Queue.objects.select_for_update().annotate(
-        resting=ExpressionWrapper(Q(rests_until__gt=Now()), output_field=BooleanField()),
-    ).get(name=name))
-    if row.gap_seconds:
-        if row.resting:
+
+    def __init__(self, name):
+        self.name = name
+        self._row = queries.lock_queue(name)
+        self._running = queries.count_running(name)
+
+    def __call__(self, want):
+        rows = self._row.rows()
+        if not rows:  # the row was deleted since its settings were read: no limit now
+            return want
+        paused, concurrency, gap_seconds, resting = rows[0]
+        row = _sane(Queue(name=self.name, paused=paused, concurrency=concurrency,
+                          gap_seconds=gap_seconds))
+        if row.paused:
             return 0
-        want = 1
-    if row.concurrency is not None:
-        running = Job.objects.filter(queue=name, status=JobStatus.RUNNING).count()
-        want = min(want, row.concurrency - running)
-    return want
+        if row.gap_seconds:
+            if resting:
+                return 0
+            want = 1
+        if row.concurrency is not None:
+            [(running,)] = self._running.rows()
+            want = min(want, row.concurrency - running)
+        return want
 
 
 def rest(name):

@@ -9,6 +9,7 @@ SQLite spell a few things differently; each function hides that once.
 
 import json
 import uuid
+from contextlib import contextmanager
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.utils import timezone
@@ -38,6 +39,44 @@ def _execute(statement, params=()):
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall() if cursor.description else None
+
+
+# --- Statements sent together --------------------------------------------------
+
+
+@contextmanager
+def together():
+    """Statements `send` inside this block reach PostgreSQL in one round trip (psycopg's
+    pipeline mode); their rows are read after it. Each statement still runs in turn
+    on a snapshot of its own, so one sent after a lock sees what the lock's last
+    holder committed. A no-op on SQLite, whose statements cost no round trip.
+    """
+    if not is_postgres():
+        yield
+        return
+    connection.ensure_connection()
+    with connection.connection.pipeline():
+        yield
+
+
+class Pending:
+    """A statement sent (inside `together()`, perhaps), its rows read with `rows()`:
+    after the block on PostgreSQL, at once on SQLite."""
+
+    def __init__(self, statement, params=(), convert=None):
+        self._convert = convert
+        self._cursor = connection.cursor()
+        self._cursor.execute(statement, params)
+        self._rows = None
+        if not is_postgres():
+            self.rows()
+
+    def rows(self):
+        if self._rows is None:
+            rows = self._cursor.fetchall()
+            self._cursor.close()
+            self._rows = [self._convert(*row) for row in rows] if self._convert else rows
+        return self._rows
 
 
 # --- Enqueue -------------------------------------------------------------------
@@ -229,13 +268,30 @@ _KEYS_FIELD = Job._meta.get_field("concurrency_keys")
 
 
 def candidates(statement, params):
-    """Run a candidate query that selects Candidate.COLUMNS; its Candidates, in its order."""
-    return [Candidate(*row) for row in _execute(statement, params)]
+    """Send a candidate query that selects Candidate.COLUMNS; Pending Candidates, in its order."""
+    return Pending(statement, params, convert=Candidate)
 
 
 def first_candidates(queues, kinds, count):
     """Each queue's first `count` claimable jobs in claim order, locked, skipping held rows."""
     return candidates(FIRST_CANDIDATES, [queues, list(kinds), count])
+
+
+def lock_queue(name):
+    """Lock a queue's row; Pending (paused, concurrency, gap_seconds, resting now?) or no row.
+
+    The database's clock says whether it rests, as it does for leases:
+    workers' clocks may differ.
+    """
+    lock = " FOR UPDATE" if is_postgres() else ""
+    return Pending("SELECT paused, concurrency, gap_seconds, "
+                   f"COALESCE(rests_until > {now()}, FALSE) FROM jobs_queue WHERE name = %s{lock}",
+                   [name])
+
+
+def count_running(queue):
+    """Pending [(number of RUNNING jobs of `queue`,)]."""
+    return Pending("SELECT count(*) FROM jobs_job WHERE queue = %s AND status = 'RUNNING'", [queue])
 
 
 def mark_running(ids, *, worker, token, lease_s):

@@ -1,11 +1,14 @@
 """What only PostgreSQL can show: row locks skipped, and the claim's plan."""
 
+import threading
+
 import psycopg
 import pytest
 from django.db import connection, transaction
 
 from jobs import claiming, services
 from jobs.models import Job, JobStatus, Worker
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -28,6 +31,37 @@ def test_a_row_locked_by_another_connection_is_skipped():
         conn.rollback()
     claimed = claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=2)
     assert [j.pk for j in claimed] == [first.pk]
+
+
+def test_claimers_that_queued_for_a_queues_lock_count_what_the_first_one_started():
+    """The claim sends its queue lock, the count of the queue's RUNNING jobs and its
+    candidates in one round trip; the count still runs after the lock is granted, so of
+    two claimers that waited for it the second counts the first one's starts."""
+    services.set_queue("default", concurrency=2)
+    services.enqueue_many([("tests.noop", {}, {}) for _ in range(6)])
+    workers = [Worker.objects.create(name=name, host="h", pid=1) for name in "ab"]
+    got = []
+
+    def claimer(worker):
+        try:
+            got.extend(claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=3))
+        finally:
+            connection.close()
+
+    waiting = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+               "AND query LIKE '%jobs_queue%'")
+    with other_connection() as conn, other_connection() as watcher:
+        watcher.autocommit = True
+        conn.execute("SELECT name FROM jobs_queue WHERE name = 'default' FOR UPDATE")
+        threads = [threading.Thread(target=claimer, args=(w,)) for w in workers]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: watcher.execute(waiting).fetchone()[0] == 2, timeout=10)
+        conn.rollback()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 2
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 2
 
 
 def test_burst_exits_past_a_ready_row_another_transaction_holds_locked(run_worker):
