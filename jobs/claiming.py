@@ -1,6 +1,14 @@
 """Claiming: taking READY jobs for a worker, safely across many processes.
 
-One short transaction for every queue a worker serves:
+Most jobs need no decision but their place in claim order: no concurrency or
+rate key, in a queue without a global limit or a gap. On PostgreSQL those are
+claimed in one statement (queries.CLAIM_PLAIN: candidates locked with
+`FOR UPDATE SKIP LOCKED`, marked RUNNING, and the names of the queues that
+still hold work it did not take), so most claims cost one round trip. The
+statement stops before the first job with a key, so claim order holds.
+
+Everything else goes through the checked claim, one short transaction for
+every queue that still holds work:
 
 1. read each queue's settings (paused? a global limit or a gap? then lock
    its row and see how many it may start: jobs/limits.py);
@@ -18,13 +26,15 @@ One short transaction for every queue a worker serves:
 Step 5 updates a list of ids computed in step 2-4, never "the first N rows of
 a subquery": the planner is free to re-evaluate a LIMIT subquery inside an
 UPDATE and take more rows than asked (Oban fences it with a CTE for the same
-reason). The job runs after the transaction commits.
+reason; CLAIM_PLAIN's candidates are a CTE, evaluated once). The job runs
+after the transaction commits.
 
 On SQLite the transaction is IMMEDIATE (see settings): it takes the database's
 write lock first, so claimers are serialised and SKIP LOCKED (which Django
 silently ignores there) is not needed.
 """
 
+import itertools
 import uuid
 
 from django.db import connection, transaction
@@ -51,32 +61,64 @@ def claim(worker, *, queues, kinds, limit, slots=None):
     """Claim up to `limit` jobs of `kinds` from `queues` (in that order) for `worker`.
 
     `slots` ({queue: free slots}) caps each queue of a worker that gives its
-    queues slots of their own; without it they share `limit`. One transaction
-    for all queues: on PostgreSQL the first candidates of every queue come
-    from one statement, sent with BEGIN and the limited queues' locks in one
-    round trip, so a claim that finds its jobs among them costs three round
-    trips (that one, the UPDATE, COMMIT) whatever the number of queues.
+    queues slots of their own; without it they share `limit`.
+
+    On PostgreSQL the queues before the first one with a global limit or a
+    gap are claimed from first in one statement (queries.claim_plain), which
+    takes, in claim order, the jobs that carry no concurrency or rate key: one
+    round trip for most claims. What it leaves (a job with a key and what
+    follows it, the limited queues and those after them) goes through the
+    checked claim below, and only when one of those queues holds a claimable job.
     """
-    chosen = Claimed()
-    asked = {}
+    caps, settings = {}, {}
     for queue in queues:
         cap = limit if slots is None else min(limit, slots.get(queue, 0))
         row = limits.queue_settings(queue)
         if cap > 0 and not (row is not None and row.paused):
-            asked[queue] = (cap, row)
-    if not asked:
-        return chosen
+            caps[queue], settings[queue] = cap, row
+    jobs = Claimed()
+    plain = dict(itertools.takewhile(lambda item: not limits.is_limited(settings[item[0]]),
+                                     caps.items()))
+    if plain and queries.is_postgres():
+        taken, waiting = queries.claim_plain(plain, kinds, limit,
+                                             elsewhere=[queue for queue in caps if queue not in plain],
+                                             worker=worker, token=uuid.uuid4(),
+                                             lease_s=conf.JOBS_LEASE_SECONDS)
+        jobs.extend(taken)
+        for job in taken:
+            caps[job.queue] -= 1
+        caps = {queue: cap for queue, cap in caps.items() if queue in waiting and cap > 0}
+    if caps and len(jobs) < limit:
+        checked = _claim_checked(worker, caps, settings, kinds, limit - len(jobs))
+        jobs.extend(checked)
+        jobs.rate_opens_in_s = checked.rate_opens_in_s
+    # The attempt's run time (the rollup, the TaskResult) is measured on this
+    # process's clock, from here: a database clock apart from it would skew it.
+    now = timezone.now()
+    for job in jobs:
+        job.worker = worker
+        job.started_at = now
+    return jobs
+
+
+def _claim_checked(worker, caps, settings, kinds, limit):
+    """The claim that decides on limits and keys, in one transaction for all `caps`' queues.
+
+    On PostgreSQL the first candidates of every queue come from one statement,
+    sent with BEGIN and the limited queues' locks and counts in one round
+    trip: a claim that finds its jobs among them costs three (that one, the
+    UPDATE, COMMIT) whatever the number of queues.
+    """
+    chosen = Claimed()
     with transaction.atomic():
-        # One round trip on PostgreSQL for BEGIN, the limited queues' locks and
-        # counts and every queue's first candidates: a queue whose allowance
-        # turns out to be 0 holds its candidates' row locks until this commits.
+        # A queue whose allowance turns out to be 0 holds its candidates' row
+        # locks until this commits.
         with queries.together():
-            allowances = {queue: limits.Allowance(queue) for queue, (_cap, row) in asked.items()
-                          if limits.is_limited(row)}
-            read_first = _first_candidates(list(asked), kinds,
-                                      max(cap for cap, _row in asked.values()) + OVERFETCH)
+            allowances = {queue: limits.Allowance(queue) for queue in caps
+                          if limits.is_limited(settings[queue])}
+            read_first = _first_candidates(list(caps), kinds, max(caps.values()) + OVERFETCH)
         plan = {}
-        for queue, (cap, _row) in asked.items():
+        for queue, cap in caps.items():
             want = allowances[queue](cap) if queue in allowances else cap
             if want > 0:
                 plan[queue] = want
@@ -100,12 +142,6 @@ def claim(worker, *, queues, kinds, limit, slots=None):
         for queue in started:
             limits.rest(queue)  # a queue with a gap rests from each start
     jobs.rate_opens_in_s = chosen.rate_opens_in_s
-    # The attempt's run time (the rollup, the TaskResult) is measured on this
-    # process's clock, from here: a database clock apart from it would skew it.
-    now = timezone.now()
-    for job in jobs:
-        job.worker = worker
-        job.started_at = now
     return jobs
 
 

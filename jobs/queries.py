@@ -7,6 +7,7 @@ second and their compile step would cost more than the query. PostgreSQL and
 SQLite spell a few things differently; each function hides that once.
 """
 
+import functools
 import json
 import uuid
 from contextlib import contextmanager
@@ -59,15 +60,46 @@ def together():
         yield
 
 
+@functools.cache
+def _prepared_cursor_class():
+    import psycopg  # only PostgreSQL needs it
+
+    class PreparedCursor(psycopg.Cursor):
+        """Binds on the server and prepares each statement on first use (Django sets
+        psycopg's prepare_threshold to None, so nothing would be prepared otherwise)."""
+
+        def execute(self, query, params=None, *, prepare=None, **kwargs):
+            return super().execute(query, params, prepare=True if prepare is None else prepare,
+                                   **kwargs)
+
+    return PreparedCursor
+
+
+def _cursor():
+    """A cursor for the engine's hot statements. On PostgreSQL they are bound on the
+    server and prepared on first use, so a claim's plan is made once per
+    connection instead of once per claim; not behind a transaction pooler, whose
+    next transaction may be on a server connection that never saw them."""
+    from jobs import conf
+
+    if not is_postgres() or conf.JOBS_DATABASE_POOLER == "transaction":
+        return connection.cursor()
+    connection.ensure_connection()
+    cursor = _prepared_cursor_class()(connection.connection)
+    # Django's wrapper: its errors, its query log and execute_wrapper()s see these too.
+    return connection.make_debug_cursor(cursor) if connection.queries_logged \
+        else connection.make_cursor(cursor)
+
+
 class Pending:
     """A statement sent (inside `together()`, perhaps), its rows read with `rows()`:
     after the block on PostgreSQL, at once on SQLite."""
 
     def __init__(self, statement, params=(), convert=None):
         self._convert = convert
-        self._cursor = connection.cursor()
-        self._cursor.execute(statement, params)
         self._rows = None
+        self._cursor = _cursor()
+        self._cursor.execute(statement, params)
         if not is_postgres():
             self.rows()
 
@@ -108,10 +140,10 @@ def insert_job(job, *, notify_channel):
     constants = ", ".join(BULK_CONSTANTS.values())
     if is_postgres():
         marks = ", ".join(f"%s::{BULK_TYPES[name]}" for name in BULK_COLUMNS)
-        [(job_id, _)] = _execute(
+        [(job_id, _)] = Pending(
             f"WITH new AS (INSERT INTO jobs_job ({columns}, updated_at) VALUES ({marks}, "
             f"{constants}, %s) RETURNING id, queue) SELECT id, pg_notify(%s, queue) FROM new",
-            [*_new_values(job), notify_channel])
+            [*_new_values(job), notify_channel]).rows()
     else:
         marks = ", ".join(["%s"] * len(BULK_COLUMNS))
         [(job_id,)] = _execute(
@@ -294,31 +326,137 @@ def count_running(queue):
     return Pending("SELECT count(*) FROM jobs_job WHERE queue = %s AND status = 'RUNNING'", [queue])
 
 
-def mark_running(ids, *, worker, token, lease_s):
-    """The claim's final step: the chosen jobs RUNNING under one new lease, by id; returns
-    their rows as Jobs, in the order of `ids`."""
+_JOB_FIELDS = Job._meta.concrete_fields
+_job_converters = {}
+
+
+def _job_columns(table="jobs_job"):
+    return ", ".join(f'{table}."{field.column}"' for field in _JOB_FIELDS)
+
+
+def _to_job(*row):
+    """A row of `_job_columns()` as a Job, as Job.objects.raw() would build it, less the
+    per-call work of matching columns to fields: each field's converters are found once."""
+    converters = _job_converters.get(connection.alias)
+    if converters is None:
+        converters = _job_converters[connection.alias] = [
+            (i, column, conv)
+            for i, field in enumerate(_JOB_FIELDS)
+            for column in [field.get_col(Job._meta.db_table)]
+            for conv in connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        ]
+    row = list(row)
+    for i, column, convert in converters:
+        row[i] = convert(row[i], column, connection)
+    return Job.from_db(connection.alias, [field.attname for field in _JOB_FIELDS], row)
+
+
+def _running(worker, token, lease_s):
+    """The SET list, and its parameters, that makes a READY row RUNNING under a new lease."""
     token = Job._meta.get_field("lease_token").get_db_prep_value(token, connection)
-    marks = ", ".join(["%s"] * len(ids))
     if is_postgres():
         expires = f"{now()} + %s * interval '1 second'"
         append = "worker_ids || %s::jsonb"
-        params = [worker.pk, token, lease_s, json.dumps([worker.name]), *ids]
+        params = [worker.pk, token, lease_s, json.dumps([worker.name])]
     else:
         expires = "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW', %s)"
         append = "json_insert(worker_ids, '$[#]', %s)"
-        params = [worker.pk, token, f"+{lease_s} seconds", worker.name, *ids]
-    rows = Job.objects.raw(
-        f"UPDATE jobs_job SET status = 'RUNNING', worker_id = %s, lease_token = %s, "
+        params = [worker.pk, token, f"+{lease_s} seconds", worker.name]
+    return (
+        f"status = 'RUNNING', worker_id = %s, lease_token = %s, "
         f"lease_expires_at = {expires}, attempts = attempts + 1, started_at = {now()}, "
         # The right-hand started_at is the previous attempt's: a row attempted
         # before first_started_at existed keeps the earliest start it knows.
         f"first_started_at = COALESCE(first_started_at, started_at, {now()}), "
         f"updated_at = {now()}, stop_requested = '', blocked_key = NULL, "
-        f"worker_ids = {append} WHERE id IN ({marks}) RETURNING *",
-        params,
-    )
+        f"worker_ids = {append}"
+    ), params
+
+
+def mark_running(ids, *, worker, token, lease_s):
+    """The claim's final step: the chosen jobs RUNNING under one new lease, by id; returns
+    their rows as Jobs, in the order of `ids`."""
+    running, params = _running(worker, token, lease_s)
+    if is_postgres():  # one statement text whatever the number of ids, so it is prepared once
+        where, ids_params = "id = ANY(%s)", [list(ids)]
+    else:
+        where, ids_params = f"id IN ({', '.join(['%s'] * len(ids))})", list(ids)
+    rows = Pending(f"UPDATE jobs_job SET {running} WHERE {where} RETURNING {_job_columns()}",
+                   [*params, *ids_params], convert=_to_job).rows()
     by_id = {job.pk: job for job in rows}
     return [by_id[pk] for pk in ids]
+
+
+# The claim of jobs that need no limit (PostgreSQL), in one statement: each
+# queue's first candidates in claim order, locked, cut to the queue's cap and
+# to the claim's limit, then cut again before the first one that carries a
+# concurrency or rate key (which jobs/limits.py must decide on, in order),
+# then marked RUNNING. Its last rows name the queues that hold a claimable job
+# it did not take: one of its own it left, or one of `elsewhere` (a queue with
+# a limit, and those after it) that no other claimer holds.
+CLAIM_PLAIN = f"""
+WITH candidate AS (
+    SELECT j.*, q.name, q.n, q.cap
+    FROM unnest(%s::text[], %s::int[]) WITH ORDINALITY AS q(name, cap, n)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, position, enqueued_at,
+               concurrency_keys IS DISTINCT FROM '[]'::jsonb
+               OR rate_key IS DISTINCT FROM '' AS keyed
+        FROM jobs_job
+        WHERE status = 'READY' AND blocked_key IS NULL AND queue = q.name
+          AND kind = ANY(%s) AND run_after <= STATEMENT_TIMESTAMP()
+        ORDER BY {order.SQL}
+        LIMIT %s FOR UPDATE SKIP LOCKED
+    ) j
+), ranked AS (
+    SELECT id, keyed, row_number() OVER (ORDER BY n, {order.SQL}) AS rank
+    FROM (SELECT *, row_number() OVER (PARTITION BY n ORDER BY {order.SQL}) AS in_queue
+          FROM candidate) c
+    WHERE in_queue <= cap
+), taken AS (
+    SELECT id, rank FROM (
+        SELECT id, rank, bool_or(keyed) OVER (ORDER BY rank) AS from_first_key FROM ranked
+    ) r
+    WHERE rank <= %s AND NOT from_first_key
+), claimed AS (
+    UPDATE jobs_job SET {{running}} FROM taken WHERE jobs_job.id = taken.id
+    RETURNING {_job_columns()}, taken.rank
+), waiting AS (
+    SELECT name FROM candidate WHERE id NOT IN (SELECT id FROM taken)
+    UNION
+    SELECT q.name FROM unnest(%s::text[]) AS q(name) CROSS JOIN LATERAL (
+        SELECT 1 FROM jobs_job
+        WHERE status = 'READY' AND blocked_key IS NULL AND queue = q.name
+          AND kind = ANY(%s) AND run_after <= STATEMENT_TIMESTAMP()
+        LIMIT 1 FOR UPDATE SKIP LOCKED
+    ) j
+)
+SELECT *, NULL FROM claimed
+UNION ALL
+SELECT {", ".join(["NULL"] * (len(_JOB_FIELDS) + 1))}, name FROM waiting
+"""
+
+
+def claim_plain(caps, kinds, limit, *, elsewhere, worker, token, lease_s):
+    """Claim, in one statement, up to `limit` jobs that need no limit from the queues of
+    `caps` ({queue: cap}, in order), none of which has a global limit or a gap.
+
+    Returns the jobs, in claim order, and the queues that still hold a
+    claimable job after them (one of theirs that carries a key, or is past a
+    cap or the limit; any of `elsewhere`'s), for the claim's checked path.
+    PostgreSQL only.
+    """
+    running, params = _running(worker, token, lease_s)
+    kinds = list(kinds)
+    taken, waiting = [], set()
+    for row in Pending(CLAIM_PLAIN.format(running=running),
+                       [list(caps), list(caps.values()), kinds, max(caps.values()), limit,
+                        *params, list(elsewhere), kinds]).rows():
+        if row[-1] is not None:
+            waiting.add(row[-1])
+        else:
+            taken.append((row[-2], _to_job(*row[:-2])))
+    return [job for _rank, job in sorted(taken, key=lambda pair: pair[0])], waiting
 
 
 # --- Concurrency keys ----------------------------------------------------------

@@ -268,9 +268,10 @@ def test_the_hot_path_spends_a_fixed_number_of_queries_per_batch(django_assert_m
     services.enqueue_many([("tests.noop", {}, {}) for _ in range(50)])
     worker = make_worker()
     claim(worker, limit=1)  # compiles and caches the candidate query's shape
-    # Candidates and one UPDATE for the whole batch (queue settings are cached),
-    # inside a savepoint here because the test itself runs in a transaction.
-    with django_assert_max_num_queries(4):
+    # On PostgreSQL jobs without keys in a queue without limits are claimed in one
+    # statement; elsewhere the candidates and one UPDATE for the whole batch (queue
+    # settings are cached), inside a savepoint here because the test runs in a transaction.
+    with django_assert_max_num_queries(1 if connection.vendor == "postgresql" else 4):
         batch = claim(worker, limit=20)
     assert len(batch) == 20
     # Jobs without keys, gaps, hooks or dependents: on PostgreSQL one statement completes,
@@ -317,3 +318,36 @@ def test_several_queues_are_claimed_in_their_order_in_one_go():
     assert [j.pk for j in got] == [other[0].pk, other[1].pk, default[0].pk]
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
     assert [j.pk for j in claim(worker, limit=3, queues=("other", "default"), kinds=kinds)] == [default[1].pk]
+
+
+def test_a_job_with_a_key_keeps_its_place_in_claim_order_among_jobs_without():
+    """On PostgreSQL jobs without keys are claimed in one statement, which stops before
+    the first job with a key: the checked claim decides that one in its turn."""
+    high = services.enqueue("tests.noop", {}, priority=10)
+    keyed = services.enqueue("tests.limited", {"keys": ["user:1"]}, priority=5)
+    low = services.enqueue("tests.noop", {}, priority=0)
+    worker = make_worker()
+    assert [j.pk for j in claim(worker, limit=2)] == [high.pk, keyed.pk]
+    assert [j.pk for j in claim(worker, limit=2)] == [low.pk]
+
+
+def test_a_job_whose_key_fills_is_parked_and_the_jobs_after_it_still_start():
+    high = services.enqueue("tests.noop", {}, priority=10)
+    first = services.enqueue("tests.limited", {"keys": ["user:1"]}, priority=6)
+    second = services.enqueue("tests.limited", {"keys": ["user:1"]}, priority=5)
+    low = services.enqueue("tests.noop", {}, priority=0)
+    worker = make_worker()
+    assert [j.pk for j in claim(worker, limit=5)] == [high.pk, first.pk, low.pk]
+    assert Job.objects.get(pk=second.pk).blocked_key == "user:1"
+
+
+def test_a_queue_with_a_limit_after_plain_ones_is_served_in_the_same_claim():
+    services.set_queue("other", concurrency=1)
+    default = [services.enqueue("tests.noop", {}) for _ in range(2)]
+    other = [services.enqueue("tests.other_queue", {}) for _ in range(2)]
+    worker = make_worker()
+    kinds = ["tests.noop", "tests.other_queue"]
+    got = claim(worker, limit=10, queues=("default", "other"), kinds=kinds)
+    assert [j.pk for j in got] == [default[0].pk, default[1].pk, other[0].pk]
+    assert claim(worker, limit=10, queues=("default", "other"), kinds=kinds) == []
+    assert Job.objects.get(pk=other[1].pk).status == JobStatus.READY
