@@ -425,9 +425,12 @@ WITH candidate AS (
     SELECT name FROM candidate WHERE id NOT IN (SELECT id FROM taken)
     UNION
     SELECT q.name FROM unnest(%s::text[]) AS q(name) CROSS JOIN LATERAL (
+        -- In claim order, so the scan walks that queue's slice of the claim
+        -- index instead of the whole table.
         SELECT 1 FROM jobs_job
         WHERE status = 'READY' AND blocked_key IS NULL AND queue = q.name
           AND kind = ANY(%s) AND run_after <= STATEMENT_TIMESTAMP()
+        ORDER BY {order.SQL}
         LIMIT 1 FOR UPDATE SKIP LOCKED
     ) j
 )
@@ -435,6 +438,15 @@ SELECT *, NULL FROM claimed
 UNION ALL
 SELECT {", ".join(["NULL"] * (len(_JOB_FIELDS) + 1))}, name FROM waiting
 """
+
+
+def claim_plain_statement(caps, kinds, limit, *, elsewhere, worker, token, lease_s):
+    """CLAIM_PLAIN and its parameters, for `claim_plain` (and for a look at its plan)."""
+    running, params = _running(worker, token, lease_s)
+    kinds = list(kinds)
+    return CLAIM_PLAIN.format(running=running), [
+        list(caps), list(caps.values()), kinds, max(caps.values()), limit, *params,
+        list(elsewhere), kinds]
 
 
 def claim_plain(caps, kinds, limit, *, elsewhere, worker, token, lease_s):
@@ -446,12 +458,9 @@ def claim_plain(caps, kinds, limit, *, elsewhere, worker, token, lease_s):
     cap or the limit; any of `elsewhere`'s), for the claim's checked path.
     PostgreSQL only.
     """
-    running, params = _running(worker, token, lease_s)
-    kinds = list(kinds)
     taken, waiting = [], set()
-    for row in Pending(CLAIM_PLAIN.format(running=running),
-                       [list(caps), list(caps.values()), kinds, max(caps.values()), limit,
-                        *params, list(elsewhere), kinds]).rows():
+    for row in Pending(*claim_plain_statement(caps, kinds, limit, elsewhere=elsewhere, worker=worker,
+                                              token=token, lease_s=lease_s)).rows():
         if row[-1] is not None:
             waiting.add(row[-1])
         else:
