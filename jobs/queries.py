@@ -7,7 +7,6 @@ second and their compile step would cost more than the query. PostgreSQL and
 SQLite spell a few things differently; each function hides that once.
 """
 
-import functools
 import json
 import uuid
 from contextlib import contextmanager
@@ -60,37 +59,6 @@ def together():
         yield
 
 
-@functools.cache
-def _prepared_cursor_class():
-    import psycopg  # only PostgreSQL needs it
-
-    class PreparedCursor(psycopg.Cursor):
-        """Binds on the server and prepares each statement on first use (Django sets
-        psycopg's prepare_threshold to None, so nothing would be prepared otherwise)."""
-
-        def execute(self, query, params=None, *, prepare=None, **kwargs):
-            return super().execute(query, params, prepare=True if prepare is None else prepare,
-                                   **kwargs)
-
-    return PreparedCursor
-
-
-def _cursor():
-    """A cursor for the engine's hot statements. On PostgreSQL they are bound on the
-    server and prepared on first use, so a claim's plan is made once per
-    connection instead of once per claim; not behind a transaction pooler, whose
-    next transaction may be on a server connection that never saw them."""
-    from jobs import conf
-
-    if not is_postgres() or conf.JOBS_DATABASE_POOLER == "transaction":
-        return connection.cursor()
-    connection.ensure_connection()
-    cursor = _prepared_cursor_class()(connection.connection)
-    # Django's wrapper: its errors, its query log and execute_wrapper()s see these too.
-    return connection.make_debug_cursor(cursor) if connection.queries_logged \
-        else connection.make_cursor(cursor)
-
-
 class Pending:
     """A statement sent (inside `together()`, perhaps), its rows read with `rows()`:
     after the block on PostgreSQL, at once on SQLite."""
@@ -98,7 +66,7 @@ class Pending:
     def __init__(self, statement, params=(), convert=None):
         self._convert = convert
         self._rows = None
-        self._cursor = _cursor()
+        self._cursor = connection.cursor()
         self._cursor.execute(statement, params)
         if not is_postgres():
             self.rows()
@@ -377,12 +345,9 @@ def mark_running(ids, *, worker, token, lease_s):
     """The claim's final step: the chosen jobs RUNNING under one new lease, by id; returns
     their rows as Jobs, in the order of `ids`."""
     running, params = _running(worker, token, lease_s)
-    if is_postgres():  # one statement text whatever the number of ids, so it is prepared once
-        where, ids_params = "id = ANY(%s)", [list(ids)]
-    else:
-        where, ids_params = f"id IN ({', '.join(['%s'] * len(ids))})", list(ids)
-    rows = Pending(f"UPDATE jobs_job SET {running} WHERE {where} RETURNING {_job_columns()}",
-                   [*params, *ids_params], convert=_to_job).rows()
+    marks = ", ".join(["%s"] * len(ids))
+    rows = Pending(f"UPDATE jobs_job SET {running} WHERE id IN ({marks}) RETURNING {_job_columns()}",
+                   [*params, *ids], convert=_to_job).rows()
     by_id = {job.pk: job for job in rows}
     return [by_id[pk] for pk in ids]
 

@@ -350,7 +350,9 @@ def test_a_stale_worker_cannot_overwrite_the_insight_once_its_lease_moved_on(use
     # Its worker froze past the lease: the job is rescued and another attempt takes it.
     Job.objects.filter(pk=stale.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert reaper.rescue_expired() == [stale.pk]
-    Job.objects.filter(pk=stale.pk).update(run_after=timezone.now())
+    # Due a second ago: SQLite's clock has whole milliseconds, so a job due "now" to the
+    # microsecond may not be due yet to a claim in the same millisecond.
+    Job.objects.filter(pk=stale.pk).update(run_after=timezone.now() - timedelta(seconds=1))
     fresh = claim("survivor")
     assert execution.run_handler(fresh, JobContext(fresh))[0] == "ok"
     written = Insight.objects.get(pk=insight.pk)
