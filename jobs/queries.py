@@ -46,8 +46,8 @@ def _execute(statement, params=()):
 
 @contextmanager
 def together():
-    """Statements `send` inside this block reach PostgreSQL in one round trip (psycopg's
-    pipeline mode); their rows are read after it. Each statement still runs in turn
+    """Statements sent as `Pending` inside this block reach PostgreSQL in one round trip
+    (psycopg's pipeline mode); their rows are read after it. Each statement still runs in turn
     on a snapshot of its own, so one sent after a lock sees what the lock's last
     holder committed. A no-op on SQLite, whose statements cost no round trip.
     """
