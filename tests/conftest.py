@@ -140,10 +140,12 @@ def run_worker(fast_engine):
 
 @pytest.fixture(autouse=True)
 def _fresh_queue_settings():
-    """Each test starts without queue settings cached by an earlier one."""
-    from jobs import limits
+    """Each test starts without queue settings cached by an earlier one, nor a pause of the
+    one-statement claim an earlier one's jobs with keys began."""
+    from jobs import claiming, limits
 
     limits.forget_queue_settings()
+    claiming._plain_paused_until.clear()
 
 
 # --- Loopback HTTP origins for downloads --------------------------------------

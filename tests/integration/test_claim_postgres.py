@@ -1,11 +1,13 @@
 """What only PostgreSQL can show: row locks skipped, and the claim's plan."""
 
 import threading
+import time
 import uuid
 
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from jobs import claiming, queries, services
 from jobs.models import Job, JobStatus, Worker
@@ -111,3 +113,22 @@ def test_the_one_statement_claim_walks_the_claim_index_of_every_queue_it_looks_a
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Seq Scan on jobs_job" not in plan, plan
     assert plan.count("jobs_job_claimable") == 2, plan
+
+
+def test_after_meeting_a_job_with_a_key_first_the_claim_skips_its_one_statement_for_a_moment(
+        monkeypatch):
+    """Queues whose first job carries a key leave the one-statement claim nothing to take;
+    for a moment after such a miss claims go straight to the checked claim."""
+    monkeypatch.setattr(claiming, "PLAIN_MISS_PAUSE_S", 0.2)
+    keyed = [services.enqueue("tests.limited", {"keys": [f"user:{i}"]}) for i in range(3)]
+    worker = Worker.objects.create(name="w", host="h", pid=1)
+
+    def claim_and_see():
+        with CaptureQueriesContext(connection) as seen:
+            [job] = claiming.claim(worker, queues=["default"], kinds=["tests.limited"], limit=1)
+        return job.pk, any("WITH candidate AS" in q["sql"] for q in seen.captured_queries)
+
+    assert claim_and_see() == (keyed[0].pk, True)  # tried, took nothing, then the checked claim
+    assert claim_and_see() == (keyed[1].pk, False)
+    time.sleep(0.3)
+    assert claim_and_see() == (keyed[2].pk, True)
