@@ -88,8 +88,11 @@ def test_a_window_that_opens_is_used_at_once_by_a_worker(run_worker):
     started = [job.started_at.timestamp() for job in done]
     # Three in the first window, three when it opens, the last after that: the
     # worker itself unparked them as each window opened (a burst worker would
-    # otherwise have exited with jobs left).
-    assert started_within(started, 0.99) <= 3
+    # otherwise have exited with jobs left). The window is kept by the clock the
+    # claim reads when it decides; started_at is stamped by its UPDATE a little
+    # later, tens of milliseconds on a loaded machine, hence the narrower window.
+    assert started_within(started, 0.9) <= 3
+    assert started[-1] - started[0] >= 1.9  # three windows, so no limit was skipped
 
 
 @pytest.mark.django_db(transaction=True)
