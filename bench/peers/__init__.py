@@ -16,6 +16,8 @@ The method, the same for every peer:
   schema is built once in a template database and every trial gets a fresh
   copy of it, so no figure sees another figure's rows.
 - enqueue 1-by-1: N jobs, one call and one commit each (jobs/s).
+- enqueue 1-by-1 in one transaction: N calls, then one commit (jobs/s), or
+  "n/a" when the peer cannot enqueue inside its caller's transaction.
 - bulk enqueue: N jobs through the peer's bulk call in chunks (jobs/s), or
   "n/a" when the peer has none.
 - throughput: N pre-enqueued no-op jobs, then 1 (or 2) real worker processes

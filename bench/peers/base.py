@@ -35,6 +35,7 @@ class Peer:
     packages = ()  # distributions whose installed versions the report names
     configuration = ""  # one sentence: how it runs, and every setting changed from its defaults
     has_bulk = False  # whether enqueue_bulk() exists; "n/a" in the table otherwise
+    has_transaction = False  # whether transaction() exists; "n/a" in the table otherwise
 
     def __init__(self, *, database_url, scratch_dir):
         self.database_url = database_url  # a fresh database of this trial's own
@@ -57,6 +58,10 @@ class Peer:
 
     def enqueue_bulk(self, labels):
         """Enqueue one no-op job per label with the peer's bulk call, committed on return."""
+        raise NotImplementedError
+
+    def transaction(self):
+        """A context manager: enqueue() calls inside it commit together when it exits."""
         raise NotImplementedError
 
     def pending(self):

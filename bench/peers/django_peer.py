@@ -6,6 +6,8 @@ SETTINGS_MODULE = "bench.peers.django_settings"
 
 
 class DjangoPeer(Peer):
+    has_transaction = True
+
     def environ(self):
         return {
             "DJANGO_SETTINGS_MODULE": SETTINGS_MODULE,
@@ -23,6 +25,11 @@ class DjangoPeer(Peer):
 
         self.open()
         call_command("migrate", verbosity=0, interactive=False)
+
+    def transaction(self):
+        from django.db import transaction
+
+        return transaction.atomic()
 
     def close(self):
         from django.db import connections

@@ -13,6 +13,7 @@ class HaulagePeer(Peer):
     title = "Haulage"
     packages = ("django", "psycopg")
     has_bulk = True
+    has_transaction = True
     configuration = (
         "Django's Tasks API on Haulage's backend; one `manage.py runworker` per process at its "
         "defaults (20 executor threads, claims and completions in batches, LISTEN/NOTIFY wake-ups)"
@@ -56,6 +57,11 @@ class HaulagePeer(Peer):
             (KIND, {"task": path, "takes_context": False, "args": [label], "kwargs": {}}, {})
             for label in labels
         ])
+
+    def transaction(self):
+        from django.db import transaction
+
+        return transaction.atomic()
 
     def pending(self):
         from jobs.models import Job, JobStatus

@@ -15,7 +15,8 @@ class ProcrastinatePeer(Peer):
     configuration = (
         "PsycopgConnector; worker defaults: concurrency 1, LISTEN/NOTIFY on, polling 5 s, "
         "jobs kept after success; the no-op is a sync function (run in a thread); "
-        "enqueue = task.defer(); bulk = task.batch_defer()"
+        "enqueue = task.defer(); bulk = task.batch_defer(); no figure in one transaction "
+        "(PsycopgConnector defers on connections of its own pool, outside a caller's transaction)"
     )
 
     def environ(self):

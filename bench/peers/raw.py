@@ -54,6 +54,7 @@ class RawPeer(Peer):
     title = "raw psycopg loop"
     packages = ("psycopg",)
     has_bulk = True
+    has_transaction = True
     configuration = (
         "one job per transaction: SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1, the job, "
         "UPDATE to done, COMMIT; partial index on ready rows; LISTEN/NOTIFY wake-ups "
@@ -73,6 +74,9 @@ class RawPeer(Peer):
 
     def enqueue(self, label):
         self.connection.execute("INSERT INTO bench_job (label) VALUES (%s)", (label,))
+
+    def transaction(self):
+        return self.connection.transaction()
 
     def enqueue_bulk(self, labels):
         self.connection.execute(

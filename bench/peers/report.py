@@ -9,6 +9,7 @@ BUSY_LOAD = 0.5
 # (key, column heading, unit kind) in table order.
 FIGURES = [
     ("enqueue", "enqueue 1-by-1 (jobs/s)", "rate"),
+    ("enqueue_atomic", "enqueue 1-by-1 in one transaction (jobs/s)", "rate"),
     ("bulk_enqueue", "bulk enqueue (jobs/s)", "rate"),
     ("throughput_1", "throughput 1 proc (jobs/s)", "rate"),
     ("throughput_2", "throughput 2 procs (jobs/s)", "rate"),
@@ -31,7 +32,8 @@ def cell(system, key, kind):
         return "—"
     value = system["median"].get(key)
     if value is None:
-        if key == "bulk_enqueue" and not system["has_bulk"]:
+        if (key == "bulk_enqueue" and not system["has_bulk"]
+                or key == "enqueue_atomic" and not system.get("has_transaction")):
             return "n/a"
         return "failed"
     return f"{value:,.0f}" if kind == "rate" else f"{value:,.1f}"

@@ -22,7 +22,9 @@ from bench.peers.database import Server
 from bench.peers.workers import REPO_ROOT
 from tests.services import start_postgres
 
-GROUPS = ("serial", "bulk", "latency")
+GROUPS = ("serial", "atomic", "bulk", "latency")
+# A group only some peers can run, by the Peer attribute that says so.
+NEEDS = {"atomic": "has_transaction"}
 TRIAL_TIMEOUT_S = 900
 TRIAL_STOP_GRACE_S = 15
 DEFAULT_JSON = REPO_ROOT / "var" / "bench" / "peers.json"
@@ -111,6 +113,7 @@ def measure(server, name, options):
     peer_class = load_peer(name)
     system = {"title": peer_class.title, "versions": versions(peer_class),
               "configuration": peer_class.configuration, "has_bulk": peer_class.has_bulk,
+              "has_transaction": peer_class.has_transaction,
               "runs": [], "errors": [], "median": {}}
     stem = name.replace("-", "_")
     template = f"bench_{stem}_template"
@@ -129,6 +132,8 @@ def measure(server, name, options):
     for repetition in range(1, options.repeat + 1):
         figures = {}
         for group in GROUPS:
+            if group in NEEDS and not getattr(peer_class, NEEDS[group]):
+                continue
             label = f"{peer_class.title} run {repetition}/{options.repeat} {group}"
             outcome = measure_group(server, name, group, template, options,
                                     LOG_DIR / f"{stem}-{repetition}-{group}", label)

@@ -46,6 +46,16 @@ def serial(peer, options, reader):
     return {"enqueue": enqueue, **_drain(peer, options, reader, labels, 1)}
 
 
+def atomic(peer, options, reader):
+    """Enqueue 1-by-1 inside one transaction, the commit included; nothing runs them."""
+    peer.open()
+    started = time.perf_counter()
+    with peer.transaction():
+        for label in range(options.jobs):
+            peer.enqueue(label)
+    return {"enqueue_atomic": options.jobs / (time.perf_counter() - started)}
+
+
 def bulk(peer, options, reader):
     """Bulk-enqueue (or 1-by-1, untimed, when the peer has no bulk call), then 2 processes."""
     peer.open()
@@ -110,7 +120,8 @@ def _drain(peer, options, reader, labels, processes):
     }
 
 
-ACTIONS = {"prepare": prepare, "serial": serial, "bulk": bulk, "latency": latency}
+ACTIONS = {"prepare": prepare, "serial": serial, "atomic": atomic, "bulk": bulk,
+           "latency": latency}
 
 
 def parse_args(argv):
