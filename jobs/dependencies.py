@@ -71,8 +71,11 @@ def parent_ids(depends_on):
     return sorted(ids)
 
 
+ON_FAILURE = frozenset(OnDependencyFailure.values)  # built once: every enqueue checks it
+
+
 def check_on_failure(value):
-    if value not in OnDependencyFailure.values:
+    if not isinstance(value, str) or value not in ON_FAILURE:
         raise ValueError(_("on_dependency_failure is “cancel” or “run”, not %(v)r.") % {"v": value})
     return value
 

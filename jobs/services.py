@@ -53,6 +53,9 @@ set_rate = limits.set_rate
 # --- Enqueue ---------------------------------------------------------------
 
 
+_COLUMNS = Job._meta.concrete_fields
+
+
 def build_job(kind, payload=None, **options):
     """A validated, unsaved Job; raises before anything is written.
 
@@ -63,7 +66,13 @@ def build_job(kind, payload=None, **options):
     spec = resolve(kind, payload, **options)
     initial_limits, initial_rates = spec.pop("initial_limits"), spec.pop("initial_rates")
     payload_text = spec.pop("payload_text")
-    job = Job(**spec)
+    owner = spec.pop("owner")
+    spec["owner_id"] = owner.pk if owner is not None else None
+    # Positional, every column in order: a third of the time of Job(**spec),
+    # which pops each of ~40 names from the keywords (one enqueue's Python).
+    job = Job(*[spec[f.attname] if f.attname in spec else f.get_default() for f in _COLUMNS])
+    if owner is not None:
+        job.owner = owner
     job.initial_limits, job.initial_rates = initial_limits, initial_rates
     job.payload_text = payload_text  # the payload's canonical JSON, as written
     return job
