@@ -4,9 +4,13 @@ Registered in place of django-q2's own admin (jobs.admin imports this module).
 """
 
 from django.contrib import admin
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 from django_q.admin import ScheduleAdmin as DjangoQScheduleAdmin
 from django_q.models import Schedule
+
+from core.admin import FitsALaptop
 
 
 def repeats_words(repeats):
@@ -22,11 +26,11 @@ admin.site.unregister(Schedule)
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(DjangoQScheduleAdmin):
+class ScheduleAdmin(FitsALaptop, DjangoQScheduleAdmin):
     # A site has a handful of schedules on one cluster: without the cluster column and the
     # filters (which take a third of the width) the list fits a laptop's screen beside the
     # admin's navigation.
-    list_display = ("name", "func", "schedule_type", "repeats_display", "next_run",
+    list_display = ("name", "func_display", "schedule_type", "repeats_display", "next_run",
                     "get_last_run", "get_success")
     list_filter = ()
     list_display_links = ("name",)
@@ -34,3 +38,8 @@ class ScheduleAdmin(DjangoQScheduleAdmin):
     @admin.display(description=_("repeats"), ordering="repeats")
     def repeats_display(self, schedule):
         return repeats_words(schedule.repeats)
+
+    @admin.display(description=_("function"), ordering="func")
+    def func_display(self, schedule):
+        # A dotted path has no space to wrap at: it may break after each dot instead.
+        return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in schedule.func.split(".")))
