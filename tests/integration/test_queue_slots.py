@@ -91,3 +91,15 @@ def test_queues_parse(text, parsed):
 def test_bad_queues_are_refused_with_a_sentence(text, says):
     with pytest.raises(CommandError, match=says):
         call_command("runworker", "--queues", text, "--burst")
+
+
+def test_a_queue_nothing_uses_is_named_when_the_worker_starts(fast_engine, capsys):
+    call_command("runworker", "--queues", "default,defualt", "--burst")
+    said = capsys.readouterr().err
+    assert "no registered kind or Tasks backend queues to defualt;" in said
+    assert "known queues: default," in said
+
+
+def test_the_known_queues_start_without_a_warning(fast_engine, capsys):
+    call_command("runworker", "--queues", "default,downloads", "--burst")
+    assert "--queues" not in capsys.readouterr().err
