@@ -375,6 +375,8 @@ class Worker:
 
     def heartbeat_loop(self):
         next_beat = next_rescue = next_sample = 0.0
+        # Not at start: a fleet restarted by a deploy would all read the backlog at once.
+        next_unserved = time.monotonic() + reaper.unserved_every_s()
         while not self.exited.is_set():
             try:
                 now = time.monotonic()
@@ -385,8 +387,11 @@ class Worker:
                     self.beat()
                     next_beat = now + conf.JOBS_HEARTBEAT_SECONDS
                 if now >= next_rescue:
-                    self.reap()
+                    unserved = now >= next_unserved
+                    self.reap(unserved=unserved)
                     next_rescue = now + conf.JOBS_RESCUE_INTERVAL_SECONDS
+                    if unserved:
+                        next_unserved = now + reaper.unserved_every_s()
                 if now >= next_sample:
                     next_sample = now + conf.JOBS_HEARTBEAT_SECONDS
                     sampling.take(self.queues)  # once a minute per queue across the fleet
@@ -457,9 +462,9 @@ class Worker:
             entry.slot_freed = True
             self.wake.set()
 
-    def reap(self):
+    def reap(self, *, unserved=True):
         """Recover what dead workers left behind (jobs/reaper.py); any survivor does it."""
-        if reaper.reap():
+        if reaper.reap(unserved=unserved):
             self.wake.set()
         # Openings another worker noted (it may have died since): this one looks then too.
         self.expect_rate_opening(queries.rate_opening_in())

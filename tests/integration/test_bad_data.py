@@ -2,6 +2,8 @@
 nearest sane value, or the job it belongs to is failed, and the worker goes on (issue 18)."""
 
 import logging
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -10,6 +12,8 @@ from django.utils import timezone
 
 from jobs import reaper, registry, services
 from jobs.models import ConcurrencyLimit, Job, JobStatus, Queue
+from jobs.worker import Worker
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,3 +104,33 @@ def test_a_job_of_a_kind_nobody_serves_is_failed_with_a_log_line(caplog):
     [record] = [r for r in caplog.records if r.name == "jobs.history"]
     assert record.levelno == logging.ERROR and record.job_kind == "gone.kind"
     assert "No worker serves this kind of job" in record.getMessage()
+
+
+def test_a_worker_looks_for_unserved_jobs_every_hundredth_of_their_wait_not_every_reap(fast_engine):
+    # Reaps every second; a wait of 300 s is looked at every 3 s, the first time 3 s after start.
+    fast_engine.JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS = 300
+    job = services.enqueue("tests.noop", {})
+    Job.objects.filter(pk=job.pk).update(kind="gone.kind",
+                                         enqueued_at=timezone.now() - timedelta(days=2))
+    worker = Worker(queues=["default"], kinds=["tests.noop"])
+    started = time.monotonic()
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: Job.objects.get(pk=job.pk).status == JobStatus.FAILED, timeout=30)
+        assert time.monotonic() - started >= 2.9  # three reaps went by without the search
+        assert Job.objects.get(pk=job.pk).error_code == "unknown_kind"
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def test_a_reap_without_the_unserved_search_leaves_those_jobs_waiting():
+    job = services.enqueue("tests.noop", {})
+    Job.objects.filter(pk=job.pk).update(kind="gone.kind",
+                                         enqueued_at=timezone.now() - timedelta(days=2))
+    reaper.reap(unserved=False)
+    assert Job.objects.get(pk=job.pk).status == JobStatus.READY
+    reaper.reap()
+    assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED
