@@ -3,6 +3,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls
@@ -10,6 +11,19 @@ from django.test import Client
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 PHONE, LAPTOP = 390, 1280  # viewport widths, px
+
+
+@pytest.fixture(autouse=True)
+def no_request_outlives_its_test(live_server, transactional_db):
+    """After the browser has closed (its fixture ends first), end the live server's sessions
+    before the database is emptied: a request still in flight holds row locks the emptying
+    TRUNCATE waits behind while it waits for the TRUNCATE, a deadlock that leaves the rows
+    for every later test of that process."""
+    yield
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
 @pytest.fixture
