@@ -75,7 +75,7 @@ ON_FAILURE = frozenset(OnDependencyFailure.values)  # built once: every enqueue 
 
 
 def check_on_failure(value):
-    if not isinstance(value, str) or value not in ON_FAILURE:
+    if not isinstance(value, str) or value not in ON_FAILURE:  # a list in a set raises TypeError
         raise ValueError(_("on_dependency_failure is “cancel” or “run”, not %(v)r.") % {"v": value})
     return value
 

@@ -1,5 +1,6 @@
 """Per-queue slots: `runworker --queues downloads=4,default=16` gives each queue its own slots."""
 
+import signal
 import threading
 
 import pytest
@@ -93,13 +94,22 @@ def test_bad_queues_are_refused_with_a_sentence(text, says):
         call_command("runworker", "--queues", text, "--burst")
 
 
-def test_a_queue_nothing_uses_is_named_when_the_worker_starts(fast_engine, capsys):
+@pytest.fixture
+def own_signals():
+    """runworker installs its SIGTERM and SIGINT handlers in this process: pytest's go back."""
+    saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for number, handler in saved.items():
+        signal.signal(number, handler)
+
+
+def test_a_queue_nothing_uses_is_named_when_the_worker_starts(fast_engine, own_signals, capsys):
     call_command("runworker", "--queues", "default,defualt", "--burst")
     said = capsys.readouterr().err
     assert "no registered kind or Tasks backend queues to defualt;" in said
     assert "known queues: default," in said
 
 
-def test_the_known_queues_start_without_a_warning(fast_engine, capsys):
+def test_the_known_queues_start_without_a_warning(fast_engine, own_signals, capsys):
     call_command("runworker", "--queues", "default,downloads", "--burst")
     assert "--queues" not in capsys.readouterr().err

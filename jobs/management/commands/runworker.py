@@ -73,12 +73,13 @@ class Command(BaseCommand):
         names, slots = parse_queues(queues)
         # Not refused: enqueue(queue=...) may name any queue. But a typo would
         # leave this worker idle for ever without a word.
-        unused = [name for name in names if name not in registry.queues()]
+        used = registry.queues()
+        unused = [name for name in names if name not in used]
         if unused:
             self.stderr.write(
                 f"--queues: no registered kind or Tasks backend queues to {', '.join(unused)}; "
                 f"this worker serves only jobs enqueued there by name (known queues: "
-                f"{', '.join(registry.queues())}).")
+                f"{', '.join(used)}).")
         if max_jobs is not None and max_jobs < 1:
             raise CommandError("--max-jobs must be at least 1.")
         known = set(registry.names())
