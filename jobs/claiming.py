@@ -40,7 +40,6 @@ import uuid
 
 from django.db import connection, transaction
 from django.db.models import Q
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from jobs import conf, limits, queries
@@ -226,7 +225,7 @@ def candidates_query(queue, kinds):
             blocked_key__isnull=True,
             queue=queue,
             kind__in=kinds,
-            run_after__lte=Now(),
+            run_after__lte=queries.Come(),
         )
         .order_by(*CLAIM_ORDER)
         .select_for_update(skip_locked=True)
@@ -247,7 +246,7 @@ def claimable_exists(*, queues, kinds):
     ready = Job.objects.filter(Q(blocked_key__isnull=True)
                                | Q(blocked_key__startswith=limits.RATE_PREFIX),
                                status=JobStatus.READY, queue__in=queues, kind__in=kinds,
-                               run_after__lte=Now())
+                               run_after__lte=queries.Come())
     if not queries.is_postgres():
         # No row locks to skip, and a transaction would be IMMEDIATE: the write lock for a read.
         return ready.exists()

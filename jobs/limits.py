@@ -349,7 +349,7 @@ def unpark_due_rates():
     hand). As many jobs go back to the claim index as the window has room
     for, in claim order; when more wait, `opens_at` moves to the next opening.
     """
-    due = RateLimit.objects.filter(opens_at__lte=Now()).order_by("key")
+    due = RateLimit.objects.filter(opens_at__lte=queries.Come()).order_by("key")
     # Rate lines whose row says nothing (a row deleted or edited by hand): look now.
     stranded = set(Job.objects.filter(status=JobStatus.READY, blocked_key__startswith=RATE_PREFIX)
                    .values_list("blocked_key", flat=True).order_by().distinct()[:200])
@@ -369,7 +369,7 @@ def _unpark_rate(key, *, unless_later=False):
     worker has already done this and set a later opening.
     """
     rates = Rates([key])
-    if unless_later and RateLimit.objects.filter(key=key, opens_at__gt=Now()).exists():
+    if unless_later and RateLimit.objects.filter(key=key, opens_at__gt=queries.Come()).exists():
         return
     line = Job.objects.filter(status=JobStatus.READY, blocked_key=RATE_PREFIX + key)
     if key not in rates.rows:  # no row: no limit any more

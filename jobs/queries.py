@@ -12,6 +12,7 @@ import uuid
 from contextlib import contextmanager
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from jobs import bounds, order
@@ -30,9 +31,32 @@ def is_postgres():
     return connection.vendor == "postgresql"
 
 
-def now():
-    """The database clock, as Django's Now() writes it (SQLite's CURRENT_TIMESTAMP has whole seconds)."""
-    return "STATEMENT_TIMESTAMP()" if is_postgres() else "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"
+_SQLITE_NOW = "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"
+# SQLite's clock counts milliseconds while Python writes times to the
+# microsecond, and the text "…:54.123456" sorts after "…:54.123": a job
+# enqueued in the clock's current millisecond would not be due yet. Asking
+# whether a time has come, the clock stands for the end of its millisecond:
+# times are seen up to 1 ms early, never late.
+_SQLITE_COME = f"({_SQLITE_NOW} || '999')"
+
+
+def now(*, come=False):
+    """The database clock, as Django's Now() writes it (SQLite's CURRENT_TIMESTAMP has whole seconds).
+
+    `come=True` for comparing a time with it: has the time come?
+    """
+    if is_postgres():
+        return "STATEMENT_TIMESTAMP()"
+    return _SQLITE_COME if come else _SQLITE_NOW
+
+
+class Come(Now):
+    """The ORM's Now() for asking whether a time has come (`run_after__lte=Come()`)."""
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        # Func.as_sql %-formats the template once more: double the escapes.
+        return self.as_sql(compiler, connection, template=_SQLITE_COME.replace("%", "%%"),
+                           **extra_context)
 
 
 def _execute(statement, params=()):
@@ -285,7 +309,7 @@ def lock_queue(name):
     """
     lock = " FOR UPDATE" if is_postgres() else ""
     return Pending("SELECT paused, concurrency, gap_seconds, "
-                   f"COALESCE(rests_until > {now()}, FALSE) FROM jobs_queue WHERE name = %s{lock}",
+                   f"COALESCE(rests_until > {now(come=True)}, FALSE) FROM jobs_queue WHERE name = %s{lock}",
                    [name])
 
 
@@ -514,7 +538,7 @@ def rate_opening_in():
 
 def park_rate_backlog(rate_key, blocked_key, queue, batch):
     """Park up to `batch` more claimable jobs of `queue` with `rate_key` (its rate row is locked)."""
-    _park_claimable(blocked_key, queue, batch, f"rate_key = %s AND run_after <= {now()}", [rate_key])
+    _park_claimable(blocked_key, queue, batch, f"rate_key = %s AND run_after <= {now(come=True)}", [rate_key])
 
 
 def running_counts(keys):

@@ -29,7 +29,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import conf, dependencies, limits, outcome, services
+from jobs import conf, dependencies, limits, outcome, queries, services
 from jobs.models import Job, JobStatus, Outcome, Worker
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def rescue_expired(limit=BATCH):
     jobs are never touched, and the guard re-checks the expiry in the UPDATE
     itself. A job that kills its worker cannot loop forever: its attempts run out.
     """
-    expired = list(Job.objects.filter(status=JobStatus.RUNNING, lease_expires_at__lt=Now())[:limit])
+    expired = list(Job.objects.filter(status=JobStatus.RUNNING, lease_expires_at__lt=queries.Come())[:limit])
     message = _("The worker running this job stopped answering; its lease expired.")
     return [job.pk for job in expired
             if outcome.record(job, Outcome.EXPIRED, error=message, code="lease_expired",
@@ -87,7 +87,7 @@ def unserved_every_s():
 
 def fail_unserved(served, limit=BATCH):
     """READY jobs of a kind no live worker serves fail after JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS."""
-    cutoff = Now() - timedelta(seconds=conf.JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS)
+    cutoff = queries.Come() - timedelta(seconds=conf.JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS)
     stale = Job.objects.filter(status=JobStatus.READY, enqueued_at__lt=cutoff).exclude(kind__in=served)
     message = _("No worker serves this kind of job; deploy a worker that registers it, then retry.")
     return sum(services.fail_unserved(job, reason=message) for job in stale[:limit])

@@ -357,7 +357,7 @@ def held(job, *, expired=False):
     a worker renewing the lease in time defeats.
     """
     rows = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, lease_token=job.lease_token)
-    return rows.filter(lease_expires_at__lt=Now()) if expired else rows
+    return rows.filter(lease_expires_at__lt=queries.Come()) if expired else rows
 
 
 _END_LEASE = {"worker": None, "lease_token": None, "lease_expires_at": None, "blocked_key": None,

@@ -351,3 +351,16 @@ def test_a_queue_with_a_limit_after_plain_ones_is_served_in_the_same_claim():
     assert [j.pk for j in got] == [default[0].pk, default[1].pk, other[0].pk]
     assert claim(worker, limit=10, queues=("default", "other"), kinds=kinds) == []
     assert Job.objects.get(pk=other[1].pk).status == JobStatus.READY
+
+
+def test_a_job_is_claimable_the_moment_it_is_enqueued_and_a_lease_expired_this_moment_is_rescued():
+    # SQLite's clock counts milliseconds and Python writes microseconds: a time
+    # written in the clock's current millisecond must count as come, or a claim
+    # that follows its enqueue within the millisecond finds nothing.
+    worker = make_worker()
+    for _ in range(200):
+        job = services.enqueue("tests.sleep_for", {})
+        assert [c.pk for c in claim(worker, limit=1)] == [job.pk]
+        Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now())
+        assert reaper.rescue_expired() == [job.pk]
+        Job.objects.filter(pk=job.pk).delete()
