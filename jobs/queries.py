@@ -12,8 +12,10 @@ import uuid
 from contextlib import contextmanager
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.postgresql.base import ServerBindingCursor
 from django.db.models.functions import Now
 from django.utils import timezone
+from psycopg.errors import FeatureNotSupported
 
 from jobs import bounds, order
 from jobs.models import (
@@ -59,8 +61,47 @@ class Come(Now):
                            **extra_context)
 
 
+def _cursor():
+    """Django's cursor for the engine's statements, with the parameters bound by PostgreSQL.
+
+    So psycopg prepares each statement once it has run `prepare_threshold`
+    times on a connection: parsing and planning the enqueue's INSERT again was a
+    third of its time (docs/performance.md). Django's own queries keep its
+    client-side binding: with server-side binding, one expression's parameter
+    in SELECT and in GROUP BY are two parameters, which PostgreSQL refuses.
+    Behind a transaction pooler nothing is prepared (settings: prepare_threshold).
+    """
+    cursor = connection.cursor()
+    if is_postgres():
+        cursor.cursor = _PreparingCursor(connection.connection)
+    return cursor
+
+
+@contextmanager
+def _stale_plans_dropped():
+    """Once a migration changes the type of a column a prepared statement returns,
+    PostgreSQL refuses that statement on this connection for good ("cached plan must not
+    change result type"). The statement that meets it fails; the connection is dropped
+    (inside a transaction, when it ends), so the next one prepares afresh."""
+    try:
+        yield
+    except FeatureNotSupported:
+        connection.close()
+        raise
+
+
+class _PreparingCursor(ServerBindingCursor):
+    def execute(self, *args, **kwargs):
+        with _stale_plans_dropped():
+            return super().execute(*args, **kwargs)
+
+    def fetchall(self):
+        with _stale_plans_dropped():
+            return super().fetchall()
+
+
 def _execute(statement, params=()):
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall() if cursor.description else None
 
@@ -79,7 +120,7 @@ def together():
         yield
         return
     connection.ensure_connection()
-    with connection.connection.pipeline():
+    with _stale_plans_dropped(), connection.connection.pipeline():
         yield
 
 
@@ -90,7 +131,7 @@ class Pending:
     def __init__(self, statement, params=(), convert=None):
         self._convert = convert
         self._rows = None
-        self._cursor = connection.cursor()
+        self._cursor = _cursor()
         self._cursor.execute(statement, params)
         if not is_postgres():
             self.rows()
@@ -216,7 +257,7 @@ def insert_many(jobs):
 
     columns = ", ".join(BULK_COLUMNS + tuple(BULK_CONSTANTS))
     constants = ", ".join(BULK_CONSTANTS.values())
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         if is_postgres():
             names = ", ".join(BULK_COLUMNS)
             record = ", ".join(f"{name} {BULK_TYPES[name]}" for name in BULK_COLUMNS)

@@ -123,6 +123,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # looked for on a server connection another client has by then.
         DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
         _options["prepare_threshold"] = None
+    else:
+        # The engine's statements (jobs/queries.py) are prepared after their
+        # fifth run on a connection; Django's own queries are never prepared.
+        _options.setdefault("prepare_threshold", 5)
 # LISTEN holds a session, so behind a transaction pooler workers listen over a
 # direct connection to the same server (the database name defaults to
 # DATABASE_URL's); without one they poll every JOBS_POLL_SECONDS.

@@ -6,7 +6,7 @@ import uuid
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import NotSupportedError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from jobs import claiming, queries, services
@@ -132,3 +132,39 @@ def test_after_meeting_a_job_with_a_key_first_the_claim_skips_its_one_statement_
     assert claim_and_see() == (keyed[1].pk, False)
     time.sleep(0.3)
     assert claim_and_see() == (keyed[2].pk, True)
+
+
+def test_a_migration_that_changes_a_returned_column_stalls_no_claim_and_no_enqueue():
+    """The engine's statements are prepared on each connection. PostgreSQL refuses a
+    prepared statement for good once a column it returns changes type ("cached plan must
+    not change result type"), so the connection that held it is dropped: the statement
+    that met it fails once, the next one runs on a fresh connection."""
+    worker = Worker.objects.create(name="w", host="h", pid=1)
+
+    def claim():
+        return [j.pk for j in claiming.claim(worker, queues=["default"], kinds=["tests.noop"],
+                                             limit=10)]
+
+    for _ in range(8):  # past psycopg's prepare_threshold: the enqueue and the claim prepared
+        job = services.enqueue("tests.noop", {})
+        assert claim() == [job.pk]
+    with other_connection() as conn:
+        conn.execute("ALTER TABLE jobs_job ALTER COLUMN kind TYPE text")
+        conn.commit()
+    try:
+        # The enqueue returns only the new id, whose type did not change.
+        queued = [services.enqueue("tests.noop", {}).pk for _ in range(3)]
+        claimed, refused = [], 0
+        for _ in range(3):
+            try:
+                claimed += claim()
+            except NotSupportedError:
+                refused += 1
+        assert sorted(claimed) == queued
+        assert refused <= 1
+    finally:
+        connection.close()
+        with other_connection() as conn:
+            max_length = Job._meta.get_field("kind").max_length
+            conn.execute(f"ALTER TABLE jobs_job ALTER COLUMN kind TYPE varchar({max_length})")
+            conn.commit()
