@@ -134,6 +134,24 @@ def test_after_meeting_a_job_with_a_key_first_the_claim_skips_its_one_statement_
     assert claim_and_see() == (keyed[2].pk, True)
 
 
+def prepared_statements():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [statement for (statement,) in cursor.fetchall()]
+
+
+def test_the_engines_statements_are_prepared_and_djangos_own_queries_are_not():
+    worker = Worker.objects.create(name="w", host="h", pid=1)
+    for _ in range(6):  # psycopg prepares a statement on its fifth run on a connection
+        services.enqueue("tests.noop", {})
+        claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=1)
+        Job.objects.filter(kind="tests.nothing").count()
+    prepared = prepared_statements()
+    assert any(s.startswith("WITH new AS (INSERT INTO jobs_job") for s in prepared)  # enqueue
+    assert any("UPDATE jobs_job SET" in s for s in prepared)  # the claim
+    assert not any("tests.nothing" in s or "COUNT(*)" in s for s in prepared)
+
+
 def test_a_migration_that_changes_a_returned_column_stalls_no_claim_and_no_enqueue():
     """The engine's statements are prepared on each connection. PostgreSQL refuses a
     prepared statement for good once a column it returns changes type ("cached plan must
