@@ -27,7 +27,7 @@ import hmac
 from datetime import timedelta
 
 from django.contrib.auth.decorators import login_not_required
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Q
 from django.http import HttpResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -109,11 +109,8 @@ def queue_latencies(now=None):
     scheduled retries by choice, so neither reads as a slow queue.
     """
     now = now or timezone.now()
-    rows = (
-        Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=True, run_after__lte=now)
-        .order_by().values_list("queue").annotate(oldest=Min("run_after"))
-    )
-    return {queue: max(0.0, (now - oldest).total_seconds()) for queue, oldest in rows}
+    return {queue: max(0.0, (now - earliest).total_seconds())
+            for queue, earliest in queries.earliest_waiting().items() if earliest <= now}
 
 
 # --- Flow over the window ---------------------------------------------------

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.postgresql.base import ServerBindingCursor
+from django.db.models import Min
 from django.db.models.functions import Now
 from django.utils import timezone
 from psycopg.errors import FeatureNotSupported
@@ -25,6 +26,7 @@ from jobs.models import (
     Job,
     JobEvent,
     JobRollup,
+    JobStatus,
     QueueSample,
 )
 
@@ -792,6 +794,32 @@ def notify(channel, payload):
 
 
 # --- Counting without a scan (PostgreSQL) ---------------------------------------------
+
+
+# Each queue's earliest run_after among its claimable jobs, skipping from one
+# queue to the next through `jobs_job_waiting`: one index probe per queue,
+# however many jobs wait (PostgreSQL has no skip scan of its own).
+EARLIEST_WAITING = """
+WITH RECURSIVE head AS (
+    (SELECT queue, run_after FROM jobs_job WHERE status = 'READY' AND blocked_key IS NULL
+     ORDER BY queue, run_after LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.run_after FROM head CROSS JOIN LATERAL (
+        SELECT queue, run_after FROM jobs_job
+        WHERE status = 'READY' AND blocked_key IS NULL AND queue > head.queue
+        ORDER BY queue, run_after LIMIT 1
+    ) next
+)
+SELECT queue, run_after FROM head
+"""
+
+
+def earliest_waiting():
+    """{queue: the earliest run_after of its claimable jobs} (a future one when none is due)."""
+    if not is_postgres():
+        return dict(Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=True).order_by()
+                    .values_list("queue").annotate(earliest=Min("run_after")))
+    return dict(_execute(EARLIEST_WAITING))
 
 
 def table_rows_estimate():

@@ -1,5 +1,6 @@
 """/metrics: Prometheus' text format, read from the tables at scrape time."""
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -10,7 +11,7 @@ from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import metrics, rollup, services
+from jobs import metrics, queries, rollup, services
 from jobs.models import Job, JobStatus, Worker
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.urls_metrics")]
@@ -98,6 +99,49 @@ def test_the_scrape_parses_and_says_what_the_queue_holds(client):
     assert samples(families["haulage_recent_job_retries"]) == {
         (("kind", "tests.fail_value_error"),): 1}
     assert samples(families["haulage_recent_window_seconds"]) == {(): 600}
+
+
+def test_each_queues_latency_is_its_longest_wait_among_the_jobs_a_worker_could_take_now():
+    now = timezone.now()
+
+    def waiting(queue, seconds, **fields):
+        job = services.enqueue("tests.noop", {}, queue=queue)
+        Job.objects.filter(pk=job.pk).update(run_after=now - timedelta(seconds=seconds), **fields)
+
+    waiting("a", 30)
+    waiting("a", 90)
+    waiting("a", 600, blocked_key="user:1")  # parked behind its key: waits by design
+    waiting("b", -3600)  # scheduled for later: not waiting yet
+    waiting("c", 900, status=JobStatus.RUNNING)
+    waiting("d", 5)
+    waiting("d", -60)
+    latencies = metrics.queue_latencies(now)
+    assert set(latencies) == {"a", "d"}
+    assert latencies["a"] == pytest.approx(90, abs=1)
+    assert latencies["d"] == pytest.approx(5, abs=1)
+
+
+@pytest.mark.postgres
+def test_the_latency_read_probes_each_queue_once_through_its_index_however_many_jobs_wait():
+    services.enqueue_many([("tests.noop", {}, {"queue": f"q{n % 5}"}) for n in range(20_000)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries.EARLIEST_WAITING)
+        plan = cursor.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    text = json.dumps(plan)
+    assert "Seq Scan" not in text and "jobs_job_waiting" in text
+    # Five queues: the first probe, one per queue after it, and the one that finds no more.
+    scans = [node for node in _nodes(plan[0]["Plan"]) if node.get("Index Name") == "jobs_job_waiting"]
+    assert sum(node["Actual Loops"] for node in scans) == 6
+    assert max(node["Actual Rows"] for node in scans) <= 1
+    assert set(metrics.queue_latencies()) == {f"q{n}" for n in range(5)}
+
+
+def _nodes(node):
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _nodes(child)
 
 
 def test_an_empty_queue_still_parses(client):
