@@ -117,10 +117,33 @@ def run_worker_until_measured_done(url, scratch, after):
     return MEASURED / (last - first).total_seconds()
 
 
-def depth(server, ready_rows):
+# What `/metrics`, the dashboard and the workers' queue sample read: each queue's
+# longest wait. The median of five reads, in milliseconds.
+LATENCY_READ = """
+import statistics, time
+from jobs import metrics
+runs = []
+for _ in range(5):
+    started = time.perf_counter()
+    metrics.queue_latencies()
+    runs.append(time.perf_counter() - started)
+print(statistics.median(runs) * 1000)
+"""
+
+
+def latency_read_ms(url, scratch):
+    done = subprocess.run([sys.executable, "manage.py", "shell", "-c", LATENCY_READ], cwd=ROOT,
+                          env=env_for(url, scratch), check=True, capture_output=True, text=True)
+    return float(done.stdout.split()[-1])
+
+
+def depth(server, ready_rows, reads=None):
+    """Jobs/s with `ready_rows` READY rows in all; `reads` collects the latency read's ms."""
     url = server.fresh()
     fill(url, ready_rows - MEASURED, priority=-1)
     after = enqueue_measured(url)
+    if reads is not None:
+        reads.append(latency_read_ms(url, server.scratch))
     return run_worker_until_measured_done(url, server.scratch, after)
 
 
@@ -152,8 +175,9 @@ def main():
         os.chmod(root, 0o755)
         server = Server(root)
         try:
-            shallow_rate = median_of(runs, depth, server, 1_000 + MEASURED)
-            deep_rate = median_of(runs, depth, server, deep + MEASURED)
+            shallow_reads, deep_reads = [], []
+            shallow_rate = median_of(runs, depth, server, 1_000 + MEASURED, shallow_reads)
+            deep_rate = median_of(runs, depth, server, deep + MEASURED, deep_reads)
             free_rate = median_of(runs, head_of_line, server, 0)
             blocked_rate = median_of(runs, head_of_line, server, 100_000)
         finally:
@@ -166,6 +190,11 @@ def main():
     print(f"| 50 users' {MEASURED:,} jobs, nobody blocked | {free_rate:,.0f} |")
     print(f"| the same while one user has 100,000 READY jobs at a limit of 1 | {blocked_rate:,.0f} "
           f"({blocked_rate / free_rate - 1:+.0%}) |")
+    print()
+    print("| each queue's longest wait, as `/metrics` reads it | ms |")
+    print("| --- | ---: |")
+    print(f"| with 6k READY rows | {statistics.median(shallow_reads):.1f} |")
+    print(f"| with {deep + MEASURED:,} READY rows | {statistics.median(deep_reads):.1f} |")
 
 
 if __name__ == "__main__":
