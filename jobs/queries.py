@@ -93,13 +93,11 @@ def _stale_plans_dropped():
 
 
 class _PreparingCursor(ServerBindingCursor):
+    # A statement's error is raised by execute(), or in pipeline mode where
+    # `together()` ends: those two places drop a stale plan's connection.
     def execute(self, *args, **kwargs):
         with _stale_plans_dropped():
             return super().execute(*args, **kwargs)
-
-    def fetchall(self):
-        with _stale_plans_dropped():
-            return super().fetchall()
 
 
 def _execute(statement, params=()):
