@@ -61,6 +61,19 @@ def screenshot(tmp_path, request):
     return take
 
 
+# Settled: no htmx request in flight and none still to be sent on load (an element whose
+# request fires on load is replaced by the answer). Playwright's "networkidle" is not used:
+# it waits on the browser's own count of open requests, which once stayed above zero for
+# 30 s on a static admin list whose every request had been answered.
+SETTLED = "() => !document.querySelector('.htmx-request, [hx-trigger=load]')"
+
+
+def visit(page, url):
+    """Open `url` and wait until the page has loaded and its panels' first requests are answered."""
+    page.goto(url)
+    page.wait_for_function(SETTLED)
+
+
 def sideways_overflow(page):
     """How many px the page scrolls sideways (0 when it fits the viewport's width)."""
     return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")

@@ -21,6 +21,7 @@ from jobs.models import Job, JobStatus, Worker
 from subscriptions import services as subscriptions
 from tests import media
 from tests.e2e.conftest import LAPTOP, PHONE, sideways_overflow
+from tests.e2e.conftest import visit as open_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -88,8 +89,7 @@ def admin_pages(job_id):
 
 
 def visit(page, live_server, path):
-    page.goto(f"{live_server.url}{path}")
-    page.wait_for_load_state("networkidle")  # the panels' requests on load have been answered
+    open_page(page, f"{live_server.url}{path}")
 
 
 @pytest.mark.parametrize("width", [PHONE, LAPTOP])

@@ -5,7 +5,7 @@ user can see."""
 import pytest
 
 from downloads.models import Shot
-from tests.e2e.conftest import PHONE
+from tests.e2e.conftest import PHONE, visit
 from tests.e2e.test_pages_fit import library  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -23,8 +23,7 @@ def test_a_shots_notes_and_its_player_come_into_view_on_a_phone(live_server, pag
                              for i in range(4, 12))  # a video of a dozen shots
     page.set_viewport_size({"width": PHONE, "height": 844})
     log_in(page, library["user"])
-    page.goto(f"{live_server.url}/downloads/{video.pk}/")
-    page.wait_for_load_state("networkidle")
+    visit(page, f"{live_server.url}/downloads/{video.pk}/")
 
     notes = page.locator(".shot[data-index='1'] button[data-shot-notes]")
     notes.scroll_into_view_if_needed()
