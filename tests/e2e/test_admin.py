@@ -136,9 +136,28 @@ def test_live_refresh_shows_new_jobs_without_a_reload(live_server, page, staff_u
     page.check("#live-refresh")
     job = services.enqueue("tests.noop", {})
     page.wait_for_selector(f'#up-next tr[data-job="{job.pk}"]', timeout=10_000)
+    # Each refresh is held on its way until released below.
+    held = []
+    page.route(f"**{UP_NEXT}?queue=default",
+               lambda route: held.append(route) if route.request.headers.get("hx-request")
+               else route.continue_())
     page.reload()  # the choice is remembered
     assert page.is_checked("#live-refresh")
+    page.wait_for_function("() => document.querySelector('#live-region.htmx-request')")
+    # Turned off while a refresh is on its way: that refresh is dropped, and none follows.
     page.uncheck("#live-refresh")
     later = services.enqueue("tests.noop", {})
+    for route in held:
+        route.continue_()
+    page.unroute(f"**{UP_NEXT}?queue=default")
     page.wait_for_timeout(2500)
     assert page.locator(f'#up-next tr[data-job="{later.pk}"]').count() == 0
+    assert page.locator(f'#up-next tr[data-job="{job.pk}"]').count() == 1
+    # On again, in a tab nobody looks at: nothing is fetched until it is shown.
+    page.evaluate("Object.defineProperty(document, 'visibilityState', "
+                  "{value: 'hidden', configurable: true})")
+    page.check("#live-refresh")
+    page.wait_for_timeout(2500)
+    assert page.locator(f'#up-next tr[data-job="{later.pk}"]').count() == 0
+    page.evaluate("delete document.visibilityState")
+    page.wait_for_selector(f'#up-next tr[data-job="{later.pk}"]', timeout=10_000)
