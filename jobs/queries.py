@@ -72,11 +72,16 @@ def _cursor():
     client-side binding: with server-side binding, one expression's parameter
     in SELECT and in GROUP BY are two parameters, which PostgreSQL refuses.
     Behind a transaction pooler nothing is prepared (settings: prepare_threshold).
+
+    Built as Django's `cursor()` builds one (health check, connection, the thread
+    and debug wrapping), less the client-binding cursor it would make only for this
+    one to replace (docs/performance.md, sixth round).
     """
-    cursor = connection.cursor()
-    if is_postgres():
-        cursor.cursor = _PreparingCursor(connection.connection)
-    return cursor
+    if not is_postgres():
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    return connection._prepare_cursor(_PreparingCursor(connection.connection))
 
 
 @contextmanager
