@@ -161,3 +161,10 @@ def test_live_refresh_shows_new_jobs_without_a_reload(live_server, page, staff_u
     assert page.locator(f'#up-next tr[data-job="{later.pk}"]').count() == 0
     page.evaluate("delete document.visibilityState")
     page.wait_for_selector(f'#up-next tr[data-job="{later.pk}"]', timeout=10_000)
+    # Someone about to press one of a row's buttons: the rows stay put until they leave it.
+    page.focus(f'#up-next tr[data-job="{job.pk}"] button[data-action]')
+    third = services.enqueue("tests.noop", {})
+    page.wait_for_timeout(2500)
+    assert page.locator(f'#up-next tr[data-job="{third.pk}"]').count() == 0
+    page.evaluate("document.activeElement.blur()")
+    page.wait_for_selector(f'#up-next tr[data-job="{third.pk}"]', timeout=10_000)
