@@ -137,9 +137,8 @@ def test_live_refresh_shows_new_jobs_without_a_reload(live_server, page, staff_u
     job = services.enqueue("tests.noop", {})
     page.wait_for_selector(f'#up-next tr[data-job="{job.pk}"]', timeout=10_000)
     # Each refresh is held on its way until released below.
-    held = []
-    page.route(f"**{UP_NEXT}?queue=default",
-               lambda route: held.append(route) if route.request.headers.get("hx-request")
+    held, refreshes = [], f"**{UP_NEXT}?queue=default"
+    page.route(refreshes, lambda route: held.append(route) if route.request.headers.get("hx-request")
                else route.continue_())
     page.reload()  # the choice is remembered
     assert page.is_checked("#live-refresh")
@@ -149,7 +148,7 @@ def test_live_refresh_shows_new_jobs_without_a_reload(live_server, page, staff_u
     later = services.enqueue("tests.noop", {})
     for route in held:
         route.continue_()
-    page.unroute(f"**{UP_NEXT}?queue=default")
+    page.unroute(refreshes)
     page.wait_for_timeout(2500)
     assert page.locator(f'#up-next tr[data-job="{later.pk}"]').count() == 0
     assert page.locator(f'#up-next tr[data-job="{job.pk}"]').count() == 1

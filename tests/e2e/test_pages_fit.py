@@ -20,8 +20,7 @@ from jobs import services as jobs
 from jobs.models import Job, JobStatus, Worker
 from subscriptions import services as subscriptions
 from tests import media
-from tests.e2e.conftest import LAPTOP, PHONE, sideways_overflow
-from tests.e2e.conftest import visit as open_page
+from tests.e2e.conftest import LAPTOP, PHONE, sideways_overflow, visit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -88,10 +87,6 @@ def admin_pages(job_id):
             "admin-insights": "/admin/insights/insight/", "admin-quotas": "/admin/downloads/downloadquota/"}
 
 
-def visit(page, live_server, path):
-    open_page(page, f"{live_server.url}{path}")
-
-
 @pytest.mark.parametrize("width", [PHONE, LAPTOP])
 def test_every_page_fits_without_sideways_scrolling(live_server, page, library, log_in,
                                                     screenshot, width):
@@ -101,13 +96,13 @@ def test_every_page_fits_without_sideways_scrolling(live_server, page, library, 
     screenshot(page, f"login-{width}")
     log_in(page, library["user"])
     for name, path in user_pages(library["video"]).items():
-        visit(page, live_server, path)
+        visit(page, f"{live_server.url}{path}")
         assert page.locator("header.topbar").is_visible()
         shot = screenshot(page, f"{name}-{width}")
         assert sideways_overflow(page) <= 0, f"{name} at {width} px scrolls sideways ({shot})"
     if width == PHONE:
         # The header wraps: its links stay inside the screen, none cut off at the right.
-        visit(page, live_server, "/downloads/")
+        visit(page, f"{live_server.url}/downloads/")
         right = page.evaluate("""() => Math.max(...[...document.querySelectorAll(
             '.topbar a, .topbar button, .topbar select')].map(e => e.getBoundingClientRect().right))""")
         assert right <= PHONE
@@ -130,7 +125,7 @@ def test_the_admins_queue_pages_fit_and_show_their_tables(live_server, page, lib
     page.set_viewport_size({"width": width, "height": 900})
     log_in(page, staff_user)
     for name, path in admin_pages(library["running_job"]).items():
-        visit(page, live_server, path)
+        visit(page, f"{live_server.url}{path}")
         shot = screenshot(page, f"{name}-{width}")
         assert sideways_overflow(page) <= 0, f"{name} at {width} px scrolls sideways ({shot})"
         if width == LAPTOP:
@@ -152,7 +147,7 @@ def test_a_refused_edit_is_said_on_the_video_page_and_the_page_still_fits(live_s
     page.set_viewport_size({"width": PHONE, "height": 844})
     log_in(page, library["user"])
     downloads = Download.objects.filter(owner=library["user"]).count()
-    visit(page, live_server, f"/downloads/{library['video'].pk}/")
+    visit(page, f"{live_server.url}/downloads/{library['video'].pk}/")
     form = page.locator("form.edit-form")
     form.locator("select[name=op]").select_option("trim")
     form.locator("input[name=start_s]").fill("12")
