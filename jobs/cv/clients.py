@@ -52,7 +52,12 @@ def build_client(url=None, *, decode_responses=True):
 
     with _lock:
         if _fake_server is None:
-            _fake_server = fakeredis.FakeServer()
+            server = fakeredis.FakeServer()
+            # Made now, under the lock: fakeredis makes a database on its first connection,
+            # unguarded, so threads connecting at once (a runworker's monitor and its
+            # embedded CV worker) could each get their own and never see each other's jobs.
+            server.dbs[0]  # noqa: B018 - the lookup creates it
+            _fake_server = server
     return fakeredis.FakeRedis(server=_fake_server, decode_responses=decode_responses)
 
 

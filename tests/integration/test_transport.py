@@ -5,6 +5,8 @@ import logging
 import shutil
 import socket
 import subprocess
+import sys
+import threading
 import time
 import uuid
 
@@ -419,3 +421,38 @@ def test_embedded_worker_in_local_mode_runs_jobs_in_process(settings, media, wor
 def test_a_worker_refuses_types_without_a_handler(channel):
     with pytest.raises(Exception, match="No CV handler is registered for nosuch"):
         CVWorker(types=["nosuch"], config=channel.config)
+
+
+
+def _first_used_at_once(threads):
+    """Clients built one per thread, each sending its first command at the same moment."""
+    start = threading.Barrier(threads)
+    built = []
+
+    def connect(n):
+        client = clients.build_client("")
+        start.wait()
+        client.set(f"key{n}", n)
+        built.append(client)
+
+    runners = [threading.Thread(target=connect, args=(n,)) for n in range(threads)]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join()
+    return built
+
+
+def test_local_mode_clients_first_used_at_once_on_many_threads_share_one_store(monkeypatch):
+    # fakeredis makes a server's database on first use, unguarded: threads connecting at once
+    # could each make their own, and a runworker's monitor and its embedded CV worker (which
+    # start together) would then never see each other's jobs or heartbeats.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # a thread switch every few bytecodes
+    try:
+        for _round in range(50):
+            monkeypatch.setattr(clients, "_fake_server", None)  # a fresh server each round
+            built = _first_used_at_once(8)
+            assert [client.dbsize() for client in built] == [8] * 8
+    finally:
+        sys.setswitchinterval(interval)
