@@ -61,7 +61,8 @@ def markdown(report):
         "",
         f"Method: {method['jobs']:,} no-op jobs per enqueue and throughput figure "
         f"(bulk in chunks of {method['bulk_size']:,}), {method['latency_jobs']} latency jobs "
-        f"at {method['rate']:g}/s into one idle worker, medians of {method['repeat']} run(s); "
+        f"at {method['rate']:g}/s into one idle worker, medians of {method['repeat']} run(s), "
+        "the systems taking turns run by run; "
         f"PostgreSQL {report['postgres']['version']} on loopback "
         f"({', '.join(f'{k}={v}' for k, v in report['postgres']['settings'].items())}), "
         f"a fresh database per trial; Django peers with CONN_MAX_AGE="

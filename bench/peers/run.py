@@ -108,18 +108,17 @@ def versions(peer_class):
     return found
 
 
-def measure(server, name, options):
-    """Every run of every figure group of one peer; its entry in the report."""
+def prepare(server, name, options):
+    """A peer's entry in the report, and its template database built (or why it cannot run)."""
     peer_class = load_peer(name)
     system = {"title": peer_class.title, "versions": versions(peer_class),
               "configuration": peer_class.configuration, "has_bulk": peer_class.has_bulk,
               "has_transaction": peer_class.has_transaction,
               "runs": [], "errors": [], "median": {}}
-    stem = name.replace("-", "_")
-    template = f"bench_{stem}_template"
+    template = _template(name)
     server.drop(template)
     outcome = run_trial(name, "prepare", server.create(template), options,
-                          LOG_DIR / f"{stem}-prepare")
+                          LOG_DIR / f"{_stem(name)}-prepare")
     if "figures" not in outcome:
         server.drop(template)
         if "error" in outcome:
@@ -128,24 +127,47 @@ def measure(server, name, options):
             print(outcome["error"], flush=True)
         system["unavailable"] = outcome.get("unavailable") or outcome["error"].strip().splitlines()[-1]
         print(f"{peer_class.title}: not measured: {system['unavailable']}", flush=True)
-        return system
-    for repetition in range(1, options.repeat + 1):
-        figures = {}
-        for group in GROUPS:
-            if group in NEEDS and not getattr(peer_class, NEEDS[group]):
-                continue
-            label = f"{peer_class.title} run {repetition}/{options.repeat} {group}"
-            outcome = measure_group(server, name, group, template, options,
-                                    LOG_DIR / f"{stem}-{repetition}-{group}", label)
-            if "figures" in outcome:
-                figures.update(outcome["figures"])
-            else:
-                system["errors"].append({"run": repetition, "group": group,
-                                         "message": outcome.get("error") or outcome["unavailable"]})
-        system["runs"].append(figures)
-    server.drop(template)
-    system["median"] = reports.medians(system["runs"])
     return system
+
+
+def measure_run(server, name, system, repetition, options):
+    """Every figure group of one peer, once: run `repetition` of `options.repeat`."""
+    peer_class = load_peer(name)
+    figures = {}
+    for group in GROUPS:
+        if group in NEEDS and not getattr(peer_class, NEEDS[group]):
+            continue
+        label = f"{peer_class.title} run {repetition}/{options.repeat} {group}"
+        outcome = measure_group(server, name, group, _template(name), options,
+                                LOG_DIR / f"{_stem(name)}-{repetition}-{group}", label)
+        if "figures" in outcome:
+            figures.update(outcome["figures"])
+        else:
+            system["errors"].append({"run": repetition, "group": group,
+                                     "message": outcome.get("error") or outcome["unavailable"]})
+    system["runs"].append(figures)
+
+
+def measure_all(server, options):
+    """Every peer's entries. The peers take turns, one run each, so that a machine whose speed
+    drifts over the hour (it does: docs/performance.md) slows each of them alike."""
+    systems = {name: prepare(server, name, options) for name in options.systems}
+    measured = [name for name, system in systems.items() if "unavailable" not in system]
+    for repetition in range(1, options.repeat + 1):
+        for name in measured:
+            measure_run(server, name, systems[name], repetition, options)
+    for name in measured:
+        server.drop(_template(name))
+        systems[name]["median"] = reports.medians(systems[name]["runs"])
+    return systems
+
+
+def _stem(name):
+    return name.replace("-", "_")
+
+
+def _template(name):
+    return f"bench_{_stem(name)}_template"
 
 
 def measure_group(server, name, group, template, options, log_prefix, label):
@@ -199,8 +221,7 @@ def main(argv=None):
             "systems": {},
         }
         started = time.monotonic()
-        for name in options.systems:
-            report["systems"][name] = measure(server, name, options)
+        report["systems"] = measure_all(server, options)
         report["elapsed_s"] = round(time.monotonic() - started, 1)
         server.close()
     finally:
