@@ -35,6 +35,11 @@ SINGLE_SUBJECT = {InsightKind.LIBRARY_OVERVIEW}
 # Each new one gets an `insights.prefetch` job as its follow-up (handlers.py).
 PREFETCH_AFTER = {"downloads.segment", "downloads.analyze"}
 
+# Data that changes while its text is written is written again by the same job, snoozed, while
+# the job has snoozed fewer times than this (a busy gateway's snoozes count); a change after
+# that waits for the next request.
+REWRITES = 3
+
 
 class SubjectNotFound(Exception):
     """The user has no such subject (another user's subject reads as absent)."""
@@ -232,8 +237,26 @@ def insight_generate(ctx, insight_id):
             text=generated.text, fingerprint=fingerprint, generator=generated.generator,
             model=generated.model, generated_at=timezone.now(), status=InsightStatus.SUCCESSFUL,
             error_code="", error="")
+    if ctx.job.snoozes < REWRITES and _changed_since(insight, fingerprint):
+        # The data changed meanwhile. A request for it merged into this running job (which
+        # keeps its own fingerprint) and will not ask again: the text just written stays up
+        # while the job runs again at once, from the new data.
+        ctx.snooze(0, _("The data changed while this text was written; it is written again."))
     return {"generator": generated.generator, "model": generated.model,
             "chars": len(generated.text)}
+
+
+def _changed_since(insight, fingerprint):
+    """Whether the insight's data no longer has `fingerprint` (False when it cannot be read)."""
+    with translation.override(insight.language):
+        provider = data.provider(insight.kind)
+        try:
+            if not provider.exists(insight.owner, insight.subject):
+                return False
+            facts = provider.collect(insight.owner, insight.subject)
+        except data.Unavailable:
+            return False
+        return data.fingerprint(facts, insight.language) != fingerprint
 
 
 def insight_record_outcome(job):

@@ -4,9 +4,11 @@ Workers run in this process (`run_worker`, a burst worker); the queue's gap is
 set to 0 unless a test is about the gap, so nothing waits 20 seconds.
 """
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from downloads.models import Download, DownloadStatus, MediaAsset, url_digest
@@ -208,6 +210,63 @@ def test_unchanged_data_is_not_regenerated_and_changed_data_is(user, gateway, ru
     run(run_worker)
     assert [seen.facts["title"] for seen in gateway.requests] == ["Original title", "A better title"]
     assert Insight.objects.get(owner=user).text == "Generated text #2."
+
+
+def test_data_that_changes_while_its_text_is_written_is_written_again_by_the_same_job(
+        user, gateway, run_worker):
+    # The page asks again when new data arrives; while the text is being written that request
+    # merges into the running job, so the job itself must write it again from the new data.
+    asset = make_asset(user, "Original title")
+    first = job_of(ask(user, asset))
+    gateway.default = Reply(delay_s=1.0)
+    merged = []
+
+    def new_data_arrives():
+        wait_until(lambda: gateway.requests)
+        MediaAsset.objects.filter(pk=asset.pk).update(title="A better title")
+        merged.append(ask(user, asset).job_id)
+        connection.close()
+
+    arrival = threading.Thread(target=new_data_arrives)
+    arrival.start()
+    run(run_worker)
+    arrival.join()
+    assert merged == [first.pk]  # the request found the job running and merged into it
+    assert [seen.facts["title"] for seen in gateway.requests] == ["Original title",
+                                                                  "A better title"]
+    job = Job.objects.get(pk=first.pk)
+    assert (job.status, job.snoozes, job.attempts) == (JobStatus.SUCCESSFUL, 1, 1)
+    written = Insight.objects.get(owner=user)
+    assert written.text == "Generated text #2." and written.status == "successful"
+    assert ask(user, asset).job_id == first.pk  # up to date: nothing more is queued
+    assert Job.objects.filter(kind="insights.video_summary").count() == 1
+
+
+def test_data_that_keeps_changing_is_written_again_a_bounded_number_of_times(
+        user, gateway, run_worker):
+    asset = make_asset(user, "Version 0")
+    first = job_of(ask(user, asset))
+    gateway.default = Reply(delay_s=0.3)
+    sent, finished = [], threading.Event()
+
+    def change_while_each_text_is_written():
+        while wait_until(lambda: len(gateway.requests) > len(sent) or finished.is_set()):
+            if len(gateway.requests) == len(sent):
+                break  # the worker is done
+            sent.append(gateway.requests[len(sent)].facts["title"])
+            MediaAsset.objects.filter(pk=asset.pk).update(title=f"Version {len(sent)}")
+        connection.close()
+
+    changer = threading.Thread(target=change_while_each_text_is_written)
+    changer.start()
+    run(run_worker)
+    finished.set()
+    changer.join()
+    assert sent == [f"Version {n}" for n in range(services.REWRITES + 1)]
+    job = Job.objects.get(pk=first.pk)
+    assert (job.status, job.snoozes) == (JobStatus.SUCCESSFUL, services.REWRITES)
+    # The last change came after the last rewrite: the next request queues a run for it.
+    assert job_of(ask(user, asset)).pk != first.pk
 
 
 def test_a_pruned_job_does_not_make_a_fresh_insight_run_again(user, gateway, run_worker):
