@@ -219,14 +219,13 @@ def insight_generate(ctx, insight_id):
     if insight is None:
         return {"skipped": "deleted"}  # deleted with its user; nothing to write
     with translation.override(insight.language):
-        provider = data.provider(insight.kind)
-        if not provider.exists(insight.owner, insight.subject):
-            raise Fail(_("The subject of this insight no longer exists."), code="subject_gone")
         try:
-            facts = provider.collect(insight.owner, insight.subject)
+            facts, fingerprint = _facts(insight)
+        except SubjectNotFound:
+            raise Fail(_("The subject of this insight no longer exists."),
+                       code="subject_gone") from None
         except data.Unavailable as exc:
             raise Fail(str(exc), code="unavailable") from None
-        fingerprint = data.fingerprint(facts, insight.language)
         generated = generators.generate(insight.kind, facts, language=insight.language)
     if ctx.should_stop():
         return None  # cancelled, paused, lost or timed out meanwhile: the engine records which
@@ -246,17 +245,26 @@ def insight_generate(ctx, insight_id):
             "chars": len(generated.text)}
 
 
+def _facts(insight):
+    """The insight's facts as they are now, and their fingerprint (in the active language).
+
+    Raises SubjectNotFound when its subject is gone, data.Unavailable when the facts cannot
+    be read here.
+    """
+    provider = data.provider(insight.kind)
+    if not provider.exists(insight.owner, insight.subject):
+        raise SubjectNotFound(_("No such subject."))
+    facts = provider.collect(insight.owner, insight.subject)
+    return facts, data.fingerprint(facts, insight.language)
+
+
 def _changed_since(insight, fingerprint):
     """Whether the insight's data no longer has `fingerprint` (False when it cannot be read)."""
     with translation.override(insight.language):
-        provider = data.provider(insight.kind)
         try:
-            if not provider.exists(insight.owner, insight.subject):
-                return False
-            facts = provider.collect(insight.owner, insight.subject)
-        except data.Unavailable:
+            return _facts(insight)[1] != fingerprint
+        except (SubjectNotFound, data.Unavailable):
             return False
-        return data.fingerprint(facts, insight.language) != fingerprint
 
 
 def insight_record_outcome(job):
