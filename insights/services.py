@@ -71,9 +71,7 @@ def insight_request(*, owner, kind, subject, tier="interactive", language=None):
                          % {"tier": tier})
     provider = data.provider(kind)
     subject = provider.parse(subject)
-    if not provider.exists(owner, subject):
-        raise SubjectNotFound(_("No such subject."))
-    facts = provider.collect(owner, subject)
+    facts = _collect(provider, owner, subject)
     with transaction.atomic():
         insight, _created = Insight.objects.get_or_create(
             owner=owner, kind=kind, subject=subject,
@@ -245,16 +243,18 @@ def insight_generate(ctx, insight_id):
             "chars": len(generated.text)}
 
 
-def _facts(insight):
-    """The insight's facts as they are now, and their fingerprint (in the active language).
-
-    Raises SubjectNotFound when its subject is gone, data.Unavailable when the facts cannot
-    be read here.
-    """
-    provider = data.provider(insight.kind)
-    if not provider.exists(insight.owner, insight.subject):
+def _collect(provider, owner, subject):
+    """The facts about the owner's subject as they are now. Raises SubjectNotFound when the
+    owner has no such subject, data.Unavailable when they cannot be read here."""
+    if not provider.exists(owner, subject):
         raise SubjectNotFound(_("No such subject."))
-    facts = provider.collect(insight.owner, insight.subject)
+    return provider.collect(owner, subject)
+
+
+def _facts(insight):
+    """The insight's facts as they are now, and their fingerprint (in the active language);
+    raises as `_collect` does."""
+    facts = _collect(data.provider(insight.kind), insight.owner, insight.subject)
     return facts, data.fingerprint(facts, insight.language)
 
 

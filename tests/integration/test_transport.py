@@ -423,7 +423,6 @@ def test_a_worker_refuses_types_without_a_handler(channel):
         CVWorker(types=["nosuch"], config=channel.config)
 
 
-
 def _first_used_at_once(threads):
     """Clients built one per thread, each sending its first command at the same moment."""
     start = threading.Barrier(threads)
