@@ -15,6 +15,7 @@ workers, the watchdog and the reaper go through it, never straight here.
 import logging
 import traceback
 from datetime import timedelta
+from types import SimpleNamespace
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
@@ -63,7 +64,7 @@ def build_job(kind, payload=None, **options):
     instead of the kind's default; `rate_limit` ("10/m") gives the job's rate
     key, if it has no row yet, its rate.
     """
-    spec = resolve(kind, payload, **options)
+    spec = vars(resolve(kind, payload, **options))
     initial_limits, initial_rates = spec.pop("initial_limits"), spec.pop("initial_rates")
     payload_text = spec.pop("payload_text")
     owner = spec.pop("owner")
@@ -76,19 +77,6 @@ def build_job(kind, payload=None, **options):
     job.initial_limits, job.initial_rates = initial_limits, initial_rates
     job.payload_text = payload_text  # the payload's canonical JSON, as written
     return job
-
-
-class _Spec(dict):
-    """A resolved job as plain values: what bulk enqueue writes without building models."""
-
-    def __getattr__(self, name):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __setattr__(self, name, value):
-        self[name] = value
 
 
 def resolve(kind, payload=None, *, priority=None, queue=None, owner=None, run_after=None,
@@ -118,7 +106,8 @@ def resolve(kind, payload=None, *, priority=None, queue=None, owner=None, run_af
     rate_key = str(rate_key or "")[:255]
     dependencies.check_on_failure(on_dependency_failure)
     now = timezone.now()
-    return _Spec(
+    # A namespace, not a model: bulk enqueue writes it as it is (its attributes are plain).
+    return SimpleNamespace(
         kind=kind,
         queue=queue or policy.queue,
         payload=payload,

@@ -1,9 +1,12 @@
 """Enqueue semantics, on PostgreSQL and SQLite."""
 
+import json
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from jobs import services
 from jobs.exceptions import InvalidPayload, InvalidPriority, UnknownKind
@@ -139,13 +142,50 @@ def test_enqueue_inside_a_rolled_back_transaction_leaves_nothing():
     assert not Job.objects.exists()
 
 
-def test_bulk_enqueue_is_one_insert(django_assert_max_num_queries):
-    specs = [("tests.noop", {"i": i}, {}) for i in range(500)]
-    # One INSERT and the wake-up notification (PostgreSQL), in a savepoint
-    # because the test runs inside a transaction.
-    with django_assert_max_num_queries(4):
-        services.enqueue_many(specs)
-    assert Job.objects.count() == 500
+# Values that a careless COPY or INSERT would mangle: its separators and
+# escapes, quotes, SQL, and text beyond ASCII.
+AWKWARD = "tab\tnewline\nreturn\rback\\slash \\N quote' \"dq\" ; DROP TABLE jobs_job; -- é 雪 🎞"
+
+# Columns a bulk-enqueued job may differ in from one enqueued alone: its identity and times.
+_OWN = {"id", "public_id", "enqueued_at", "run_after", "updated_at"}
+
+
+def _rows(jobs):
+    fields = [f.attname for f in Job._meta.concrete_fields if f.attname not in _OWN]
+    return [tuple(getattr(job, name) for name in fields) for job in jobs.order_by("id")]
+
+
+def test_bulk_enqueue_writes_the_rows_enqueue_writes_one_by_one(user):
+    specs = [
+        ("tests.noop", {"i": 1}, {}),
+        ("tests.echo", {"text": AWKWARD, AWKWARD: [AWKWARD, {"n": -1.5, "t": True, "z": None}]},
+         {"priority": 7, "owner": user}),
+        ("tests.limited", {"keys": ["user:7", "asset:3", AWKWARD]}, {"queue": "q'\\t"}),
+        ("tests.rated", {"rate_key": AWKWARD}, {"max_attempts": 4}),
+        ("tests.noop", {}, {"fingerprint": AWKWARD}),
+    ]
+    later = timezone.now() + timedelta(hours=1)
+    specs.append(("tests.noop", {"late": True}, {"run_after": later}))
+
+    assert services.enqueue_many(specs) == len(specs)
+    bulk = Job.objects.all()
+    one_by_one_from = bulk.order_by("-id").first().pk
+    for kind, payload, options in specs:
+        services.enqueue(kind, payload, **options)
+    alone = Job.objects.filter(pk__gt=one_by_one_from)
+
+    assert _rows(bulk.filter(pk__lte=one_by_one_from)) == _rows(alone)
+    by_payload = {json.dumps(job.payload, sort_keys=True): job for job in Job.objects.all()}
+    assert len(by_payload) == len(specs)  # every payload came back as it went in, twice over
+    assert Job.objects.get(payload__late=True, pk__lte=one_by_one_from).run_after == later
+    assert len({job.public_id for job in Job.objects.all()}) == 2 * len(specs)
+
+
+def test_bulk_enqueue_of_thousands_writes_each_once():
+    specs = [("tests.noop", {"i": i}, {}) for i in range(6000)]
+    assert services.enqueue_many(specs) == 6000
+    assert sorted(Job.objects.values_list("payload__i", flat=True)) == list(range(6000))
+    assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.READY}
 
 
 def test_bulk_enqueue_refuses_unique_jobs():
