@@ -1,9 +1,10 @@
 """Where the time goes: cProfile of enqueue and of the worker per job (docs/performance.md).
 
-    .venv/bin/python bench/profiling.py [--jobs 2000] [--top 25] [--part enqueue|worker|all]
+    .venv/bin/python bench/profiling.py [--jobs 2000] [--top 25] [--part enqueue|bulk|worker|all]
 
 Starts its own PostgreSQL. `enqueue` profiles Tasks-API enqueues one by one
-(autocommit, then inside one transaction); `worker` runs one in-process
+(autocommit, then inside one transaction); `bulk` times each step of bulk
+enqueue in batches of 1,000 (no profiler: its steps are few and long); `worker` runs one in-process
 `Worker` in burst mode over a bulk-enqueued backlog of no-op tasks with
 py-spy sampling every thread (cProfile sees one thread at a time), and counts
 the SQL statements it sends per job. cProfile's figures are seconds under the
@@ -76,6 +77,45 @@ def profile_enqueue(jobs, top):
         took = time.perf_counter() - started
         print(f"\n{title}: {jobs / took:,.0f} jobs/s under the profiler")
         report(profile, title, jobs, top)
+
+
+def time_bulk(jobs):
+    """Microseconds per job of each step of `services.enqueue_many`, medians over batches of 1,000."""
+    import statistics
+
+    from django.db import transaction
+
+    from jobs import conf, limits, queries, services
+    from jobs.backend import KIND
+
+    read_once = {"payload": {"max_depth": conf.JOBS_MAX_PAYLOAD_DEPTH,
+                             "max_bytes": conf.JOBS_MAX_PAYLOAD_BYTES},
+                 "attempts": conf.JOBS_DEFAULT_MAX_ATTEMPTS}
+    specs = [(KIND, {"task": "bench.handlers.noop_task", "takes_context": False, "args": [i],
+                     "kwargs": {}}, {}) for i in range(1000)]
+    services.enqueue_many(specs)  # warm
+    steps = {"resolve": [], "limits": [], "write": [], "commit": [], "enqueue_many": []}
+    for _ in range(max(1, jobs // 1000)):
+        marks = [time.perf_counter()]
+        batch = [services.resolve(kind, payload, **options, _limits=read_once)
+                 for kind, payload, options in specs]
+        marks.append(time.perf_counter())
+        limits.ensure(batch)
+        with transaction.atomic():
+            limits.park_at_enqueue(batch)
+            marks.append(time.perf_counter())
+            queries.insert_many(batch)
+            marks.append(time.perf_counter())
+        marks.append(time.perf_counter())
+        services.enqueue_many(specs)
+        marks.append(time.perf_counter())
+        for name, began, ended in zip(steps, marks[:-1], marks[1:], strict=True):
+            steps[name].append((ended - began) / len(specs) * 1e6)
+    print(f"\n### Bulk enqueue, per job (medians of {len(steps['resolve'])} batches of 1,000)\n")
+    print("| step | us |\n| --- | ---: |")
+    for name, samples in steps.items():
+        print(f"| {name} | {statistics.median(samples):.1f} |")
+    print(f"\nenqueue_many: {1e6 / statistics.median(steps['enqueue_many']):,.0f} jobs/s")
 
 
 class StatementCounter:
@@ -230,7 +270,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--part", choices=["enqueue", "worker", "all"], default="all")
+    parser.add_argument("--part", choices=["enqueue", "bulk", "worker", "all"], default="all")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="haulage-profile-") as tmp:
         root = Path(tmp)
@@ -240,6 +280,8 @@ def main():
             setup_django(env["TEST_POSTGRES_URL"], root)
             if args.part in ("enqueue", "all"):
                 profile_enqueue(args.jobs, args.top)
+            if args.part in ("bulk", "all"):
+                time_bulk(args.jobs)
             if args.part in ("worker", "all"):
                 from django.db import connection
 
