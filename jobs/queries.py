@@ -269,7 +269,9 @@ def insert_many(jobs):
     with _cursor() as cursor:
         if is_postgres():
             constants = tuple(NEW_ROW.values())
-            with cursor.copy(f"COPY jobs_job ({columns}, {', '.join(NEW_ROW)}) FROM STDIN") as copy:
+            # Django wraps execute()'s errors, not COPY's: the same IntegrityError either way.
+            with connection.wrap_database_errors, cursor.copy(
+                    f"COPY jobs_job ({columns}, {', '.join(NEW_ROW)}) FROM STDIN") as copy:
                 for job in jobs:
                     copy.write_row(_new_values(job, uuid.uuid4()) + constants)
         else:

@@ -5,7 +5,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.utils import timezone
 
 from jobs import services
@@ -186,6 +186,14 @@ def test_bulk_enqueue_of_thousands_writes_each_once():
     assert services.enqueue_many(specs) == 6000
     assert sorted(Job.objects.values_list("payload__i", flat=True)) == list(range(6000))
     assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.READY}
+
+
+@pytest.mark.postgres
+def test_a_bulk_row_the_database_refuses_raises_djangos_error_and_writes_none_of_the_batch():
+    specs = [("tests.noop", {"i": 1}, {}), ("tests.noop", {"i": 2}, {"queue": "q" * 101})]
+    with pytest.raises(DataError):
+        services.enqueue_many(specs)
+    assert not Job.objects.exists()
 
 
 def test_bulk_enqueue_refuses_unique_jobs():
