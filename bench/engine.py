@@ -4,7 +4,8 @@ head-of-line blocking behind one user's backlog. Part of `make bench`.
     .venv/bin/python bench/engine.py [--quick]
 
 Starts its own PostgreSQL; each figure is the median of three runs on a fresh
-database copied from a migrated template. Throughput is measured from the
+database copied from a migrated template, and the two figures of each pair
+take turns run by run (a machine whose speed drifts slows both alike). Throughput is measured from the
 first start to the last finish of the measured jobs (their own timestamps),
 with one `manage.py runworker` at its default settings.
 """
@@ -159,8 +160,21 @@ def head_of_line(server, backlog):
     return run_worker_until_measured_done(url, server.scratch, after)
 
 
-def median_of(runs, fn, *args):
-    return statistics.median(fn(*args) for _ in range(runs))
+def in_turns(runs, *trials):
+    """Each trial (fn, *args) `runs` times, the trials taking turns run by run, so a machine
+    whose speed drifts slows each alike; every run's figure, per trial."""
+    figures = [[] for _ in trials]
+    for _ in range(runs):
+        for runs_of, (fn, *args) in zip(figures, trials, strict=True):
+            runs_of.append(fn(*args))
+    return figures
+
+
+def compared(base_runs, other_runs):
+    """'median (change of medians; runs: ...)' for a figure measured in turns with `base_runs`."""
+    base, other = statistics.median(base_runs), statistics.median(other_runs)
+    return (f"{other:,.0f} ({other / base - 1:+.0%}; runs: "
+            f"{', '.join(f'{rate:,.0f} vs {ref:,.0f}' for rate, ref in zip(other_runs, base_runs, strict=True))})")
 
 
 def main():
@@ -176,20 +190,21 @@ def main():
         server = Server(root)
         try:
             shallow_reads, deep_reads = [], []
-            shallow_rate = median_of(runs, depth, server, 1_000 + MEASURED, shallow_reads)
-            deep_rate = median_of(runs, depth, server, deep + MEASURED, deep_reads)
-            free_rate = median_of(runs, head_of_line, server, 0)
-            blocked_rate = median_of(runs, head_of_line, server, 100_000)
+            shallow, deep_runs = in_turns(runs, (depth, server, 1_000 + MEASURED, shallow_reads),
+                                          (depth, server, deep + MEASURED, deep_reads))
+            free, blocked = in_turns(runs, (head_of_line, server, 0),
+                                     (head_of_line, server, 100_000))
         finally:
             server.stop()
+    print(f"Each pair of figures measured in turns, medians of {runs} run(s).\n")
     print("| engine figure (PostgreSQL, one runworker, defaults) | jobs/s |")
     print("| --- | ---: |")
-    print(f"| {MEASURED:,} no-op jobs with 1k READY rows behind them | {shallow_rate:,.0f} |")
-    print(f"| the same with {deep:,} READY rows behind them | {deep_rate:,.0f} "
-          f"({deep_rate / shallow_rate - 1:+.0%}) |")
-    print(f"| 50 users' {MEASURED:,} jobs, nobody blocked | {free_rate:,.0f} |")
-    print(f"| the same while one user has 100,000 READY jobs at a limit of 1 | {blocked_rate:,.0f} "
-          f"({blocked_rate / free_rate - 1:+.0%}) |")
+    print(f"| {MEASURED:,} no-op jobs with 1k READY rows behind them | "
+          f"{statistics.median(shallow):,.0f} |")
+    print(f"| the same with {deep:,} READY rows behind them | {compared(shallow, deep_runs)} |")
+    print(f"| 50 users' {MEASURED:,} jobs, nobody blocked | {statistics.median(free):,.0f} |")
+    print(f"| the same while one user has 100,000 READY jobs at a limit of 1 | "
+          f"{compared(free, blocked)} |")
     print()
     print("| each queue's longest wait, as `/metrics` reads it | ms |")
     print("| --- | ---: |")
