@@ -5,9 +5,10 @@ head-of-line blocking behind one user's backlog. Part of `make bench`.
 
 Starts its own PostgreSQL; each figure is the median of three runs on a fresh
 database copied from a migrated template, and the two figures of each pair
-take turns run by run (a machine whose speed drifts slows both alike). Throughput is measured from the
-first start to the last finish of the measured jobs (their own timestamps),
-with one `manage.py runworker` at its default settings.
+take turns run by run (a machine whose speed drifts slows both alike).
+Throughput is measured from the first start to the last finish of the
+measured jobs (their own timestamps), with one `manage.py runworker` at its
+default settings.
 """
 
 import argparse
@@ -173,8 +174,9 @@ def in_turns(runs, *trials):
 def compared(base_runs, other_runs):
     """'median (change of medians; runs: ...)' for a figure measured in turns with `base_runs`."""
     base, other = statistics.median(base_runs), statistics.median(other_runs)
+    pairs = zip(other_runs, base_runs, strict=True)
     return (f"{other:,.0f} ({other / base - 1:+.0%}; runs: "
-            f"{', '.join(f'{rate:,.0f} vs {ref:,.0f}' for rate, ref in zip(other_runs, base_runs, strict=True))})")
+            f"{', '.join(f'{rate:,.0f} vs {ref:,.0f}' for rate, ref in pairs)})")
 
 
 def main():
