@@ -7,8 +7,9 @@ Starts its own PostgreSQL. `enqueue` profiles Tasks-API enqueues one by one
 enqueue in batches of 1,000 (no profiler: its steps are few and long);
 `worker` runs one in-process `Worker` in burst mode over a bulk-enqueued
 backlog of no-op tasks with py-spy sampling every thread (cProfile sees one
-thread at a time), and counts the SQL statements it sends per job. cProfile's figures are seconds under the
-profiler (slower than without it): read them as shares, not rates.
+thread at a time), and counts the SQL statements it sends per job. cProfile's
+figures are seconds under the profiler (slower than without it): read them as
+shares, not rates.
 """
 
 import argparse
