@@ -2,18 +2,20 @@
 pool of 10 server connections, against the same workers connected directly. Part of
 `make bench`.
 
-    .venv/bin/python bench/pgbouncer.py [--quick]
+    .venv/bin/python bench/pgbouncer.py [--quick] [--runs N]
 
 Starts its own PostgreSQL and a PgBouncer in transaction pooling mode in front of it
 (tests/services.py). Each figure: the workers start and register, then the
 measured no-op jobs arrive in one statement with a NOTIFY; throughput runs from
 the first start to the last finish (the jobs' own timestamps). Through the pool
 the workers set DATABASE_POOLER=transaction and LISTEN on a direct connection
-(JOBS_LISTEN_DATABASE_URL), as the README recommends.
+(JOBS_LISTEN_DATABASE_URL), as the README recommends. With several runs the
+two take turns run by run (a machine whose speed drifts slows both alike).
 """
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,7 +27,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.engine import FILL_SQL, Server, env_for  # noqa: E402
+from bench.engine import FILL_SQL, Server, compared, env_for, in_turns  # noqa: E402
 from tests.services import start_pgbouncer  # noqa: E402
 
 WORKERS = 20
@@ -78,9 +80,21 @@ def throughput(direct_url, worker_url, scratch, jobs, extra_env=None):
     return jobs / (last - first).total_seconds()
 
 
+def direct(server, root, jobs):
+    url = server.fresh()
+    return throughput(url, url, root, jobs)
+
+
+def pooled(server, pool_base, root, jobs):
+    url = server.fresh()
+    return throughput(url, f"{pool_base}/{url.rsplit('/', 1)[1]}", root, jobs,
+                      {"DATABASE_POOLER": "transaction", "JOBS_LISTEN_DATABASE_URL": server.base})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 jobs instead of 5,000")
+    parser.add_argument("--runs", type=int, default=1, help="runs of each, in turns (medians)")
     args = parser.parse_args()
     jobs = 2000 if args.quick else 5000
     with tempfile.TemporaryDirectory(prefix="haulage-bench-") as tmp:
@@ -94,21 +108,17 @@ def main():
             sys.exit("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
         pool_base = pool_env["TEST_PGBOUNCER_URL"].rsplit("/", 1)[0]
         try:
-            direct_url = server.fresh()
-            direct = throughput(direct_url, direct_url, root, jobs)
-            pooled_direct_url = server.fresh()
-            pooled = throughput(pooled_direct_url,
-                                f"{pool_base}/{pooled_direct_url.rsplit('/', 1)[1]}", root, jobs,
-                                {"DATABASE_POOLER": "transaction",
-                                 "JOBS_LISTEN_DATABASE_URL": server.base})
+            direct_runs, pooled_runs = in_turns(args.runs, (direct, server, root, jobs),
+                                                (pooled, server, pool_base, root, jobs))
         finally:
             stop_pool()
             server.stop()
-    print(f"| {WORKERS} runworkers x concurrency {CONCURRENCY}, {jobs:,} no-op jobs | jobs/s |")
+    print(f"| {WORKERS} runworkers x concurrency {CONCURRENCY}, {jobs:,} no-op jobs "
+          f"(medians of {args.runs}) | jobs/s |")
     print("| --- | ---: |")
-    print(f"| connected directly to PostgreSQL | {direct:,.0f} |")
+    print(f"| connected directly to PostgreSQL | {statistics.median(direct_runs):,.0f} |")
     print(f"| through PgBouncer (transaction pooling, {POOL_SIZE} server connections) "
-          f"| {pooled:,.0f} ({pooled / direct - 1:+.0%}) |")
+          f"| {compared(direct_runs, pooled_runs)} |")
 
 
 if __name__ == "__main__":
