@@ -35,11 +35,6 @@ SINGLE_SUBJECT = {InsightKind.LIBRARY_OVERVIEW}
 # Each new one gets an `insights.prefetch` job as its follow-up (handlers.py).
 PREFETCH_AFTER = {"downloads.segment", "downloads.analyze"}
 
-# Data that changes while its text is written is written again by the same job, snoozed, while
-# the job has snoozed fewer times than this (a busy gateway's snoozes count); a change after
-# that waits for the next request.
-REWRITES = 3
-
 
 class SubjectNotFound(Exception):
     """The user has no such subject (another user's subject reads as absent)."""
@@ -234,11 +229,6 @@ def insight_generate(ctx, insight_id):
             text=generated.text, fingerprint=fingerprint, generator=generated.generator,
             model=generated.model, generated_at=timezone.now(), status=InsightStatus.SUCCESSFUL,
             error_code="", error="")
-    if ctx.job.snoozes < REWRITES and _changed_since(insight, fingerprint):
-        # The data changed meanwhile. A request for it merged into this running job (which
-        # keeps its own fingerprint) and will not ask again: the text just written stays up
-        # while the job runs again at once, from the new data.
-        ctx.snooze(0, _("The data changed while this text was written; it is written again."))
     return {"generator": generated.generator, "model": generated.model,
             "chars": len(generated.text)}
 
@@ -258,17 +248,18 @@ def _facts(insight):
     return facts, data.fingerprint(facts, insight.language)
 
 
-def _changed_since(insight, fingerprint):
-    """Whether the insight's data no longer has `fingerprint` (False when it cannot be read)."""
-    with translation.override(insight.language):
-        try:
-            return _facts(insight)[1] != fingerprint
-        except (SubjectNotFound, data.Unavailable):
-            return False
-
-
 def insight_record_outcome(job):
-    """Copy a finished job's final state onto its insight (pruning the job later loses nothing)."""
+    """Copy a finished job's final state onto its insight (pruning the job later loses nothing).
+
+    Newer data asked for while it ran makes the engine run it again, queued by now: the
+    insight follows that run instead, and its page keeps watching.
+    """
+    again = Job.objects.live().filter(unique_key=job.unique_key).exclude(pk=job.pk).first() \
+        if job.unique_key else None
+    if again is not None:
+        Insight.objects.filter(job_id=job.pk).update(job=again, status=again.status.lower(),
+                                                     error_code="", error="")
+        return
     changes = {"status": job.status.lower()}
     if job.status == JobStatus.SUCCESSFUL:
         changes.update(error_code="", error="")

@@ -291,8 +291,8 @@ class JobAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["public_id", "kind", "queue", "status_badge", "standing_display", "priority",
                            "position", "owner_link", "linked_display", "unique_key", "fingerprint",
-                           "concurrency_keys", "rate_key", "blocked_key", "stop_requested",
-                           "on_dependency_failure"]}),
+                           "asked_fingerprint", "concurrency_keys", "rate_key", "blocked_key",
+                           "stop_requested", "on_dependency_failure"]}),
         (_("Attempts"), {"fields": ["attempts_display", "snoozes", "run_after", "worker_link",
                                     "worker_ids", "lease_expires_at"]}),
         (_("Progress"), {"fields": ["progress_bar", "progress_at"]}),

@@ -66,6 +66,7 @@ class Action(models.TextChoices):
     REARMED = "rearmed", _("re-armed after cool-down")
     MOVED = "moved", _("moved in the queue")
     PRIORITY = "priority", _("priority changed")
+    RUN_AGAIN = "run_again", _("run again for newer data")
 
 
 class OnDependencyFailure(models.TextChoices):
@@ -118,6 +119,10 @@ class Job(models.Model):
     # NULL, not "", means "no key": the partial unique index ignores NULLs.
     unique_key = models.CharField(_("unique key"), max_length=255, null=True, blank=True)  # noqa: DJ001
     fingerprint = models.CharField(_("fingerprint"), max_length=128, blank=True, default="")
+    # A newer fingerprint asked for while the job ran ("" for none): when it ends it runs
+    # again for that data, or takes it if it goes back to READY (jobs/services.py).
+    asked_fingerprint = models.CharField(_("asked fingerprint"), max_length=128, blank=True,
+                                         default="", db_default="")
     concurrency_keys = models.JSONField(_("concurrency keys"), default=list, blank=True)
     # At most a rate limit's N starts per period share this key ("" for none; jobs/limits.py).
     rate_key = models.CharField(_("rate key"), max_length=255, blank=True, default="", db_default="")

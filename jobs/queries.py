@@ -198,9 +198,10 @@ def insert_or_promote(job, replace=()):
     live job is promoted (never demoted); new data (another fingerprint) for a
     job not yet running makes it take that fingerprint, and a READY one start
     its attempts again (they were spent on the old data). A RUNNING job keeps
-    its own: its attempt read the old data, so a request after it ends must
-    still see a stale fingerprint and queue a fresh run. SET reads the row as
-    it was, so every CASE sees the old fingerprint.
+    its own (its attempt read the old data) and notes the new one as asked for
+    (`asked_fingerprint`, the latest request's; cleared by a request for its own
+    data): when it leaves RUNNING it runs again for that data (services). SET
+    reads the row as it was, so every CASE sees the old fingerprint.
 
     `replace` (some of REPLACEABLE) makes a READY job take the new payload or
     run_after in the same statement: a burst of enqueues debounces into one
@@ -219,7 +220,10 @@ def insert_or_promote(job, replace=()):
         f"attempts = CASE WHEN {new_data} AND jobs_job.status = 'READY' "
         "THEN 0 ELSE jobs_job.attempts END, "
         f"fingerprint = CASE WHEN {new_data} THEN excluded.fingerprint "
-        "ELSE jobs_job.fingerprint END"
+        "ELSE jobs_job.fingerprint END, "
+        "asked_fingerprint = CASE WHEN jobs_job.status = 'RUNNING' AND excluded.fingerprint <> '' "
+        "THEN CASE WHEN excluded.fingerprint <> jobs_job.fingerprint THEN excluded.fingerprint "
+        "ELSE '' END ELSE jobs_job.asked_fingerprint END"
         + "".join(f", {column} = CASE WHEN jobs_job.status = 'READY' THEN excluded.{column} "
                   f"ELSE jobs_job.{column} END" for column in REPLACEABLE if column in replace)
         + " RETURNING id, public_id",
@@ -628,8 +632,9 @@ def _park_claimable(blocked_key, queue, batch, condition, params):
 def complete_batch(rows):
     """Mark RUNNING jobs SUCCESSFUL in one statement; `rows` are (id, lease token, result).
 
-    Each row is guarded by its own token; returns {id: has_dependents} for the
-    rows that matched (a job whose lease was lost meanwhile is left alone).
+    Each row is guarded by its own token; returns {id: (has_dependents,
+    asked_fingerprint)} for the rows that matched (a job whose lease was lost
+    meanwhile is left alone).
     """
     token_field = Job._meta.get_field("lease_token")
     params, values = [], []
@@ -648,10 +653,10 @@ def complete_batch(rows):
         "lease_expires_at = NULL, blocked_key = NULL, stop_requested = '' "
         f"WHERE status = 'RUNNING' AND EXISTS (SELECT 1 FROM v WHERE v.id = jobs_job.id "
         f"AND v.token{uuid_cast} = jobs_job.lease_token) "
-        "RETURNING id, has_dependents",
+        "RETURNING id, has_dependents, asked_fingerprint",
         params,
     )
-    return {job_id: bool(has_dependents) for job_id, has_dependents in done}
+    return {job_id: (bool(has_dependents), asked) for job_id, has_dependents, asked in done}
 
 
 def complete_plain(rows, *, minute, event_kind, event_data):
@@ -661,10 +666,11 @@ def complete_plain(rows, *, minute, event_kind, event_data):
     For jobs whose end frees nothing and runs nothing of the app (see
     services.complete_many): one statement is its own transaction, so the
     event and the rollup's count commit with the transition or not at all,
-    with no BEGIN and COMMIT round trips. Each row is guarded by its token and
-    by `NOT has_dependents`: a job that has dependents is left RUNNING for the
-    caller to finish in a transaction that decides them. A link being made
-    locks the parent's row first, so this UPDATE waits for it and sees its flag.
+    with no BEGIN and COMMIT round trips. Each row is guarded by its token, by
+    `NOT has_dependents` and by no newer data asked of it: such a job is left
+    RUNNING for the caller to finish in a transaction that decides its
+    dependents or queues its next run. A link being made, or a request, locks
+    the row first, so this UPDATE waits for it and sees what it wrote.
     Returns the ids that were completed.
     """
     token_field = Job._meta.get_field("lease_token")
@@ -684,6 +690,7 @@ def complete_plain(rows, *, minute, event_kind, event_data):
         "worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, blocked_key = NULL, "
         "stop_requested = '' FROM v WHERE v.id = jobs_job.id AND jobs_job.status = 'RUNNING' "
         "AND jobs_job.lease_token = v.token AND NOT jobs_job.has_dependents "
+        "AND jobs_job.asked_fingerprint = '' "
         "RETURNING jobs_job.id, jobs_job.attempts, jobs_job.queue, jobs_job.kind, v.took, v.bucket), "
         "events AS (INSERT INTO jobs_jobevent (job_id, at, kind, reason, attempt, data, actor_id) "
         "SELECT id, %s, %s, '', attempts, %s::jsonb, NULL FROM done), "

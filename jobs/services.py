@@ -139,8 +139,8 @@ def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(),
       A FAILED one of a kind with a cool-down is returned while it cools
       down and re-armed (READY, attempts from 0) when asked for after it.
       A live job not yet running takes a new fingerprint (a READY one with its
-      attempts reset); a RUNNING one keeps its own, so a request after it ends
-      queues a run on the new data;
+      attempts reset); a RUNNING one keeps its own and notes the new one, and
+      runs again for it when it ends (`_take_up_asked`);
     - replace: with a unique key, ("payload", "run_after") or either makes a
       READY job holding it take this call's (debounce: the last of a burst wins);
     - depends_on: jobs (or task results, ids) that must all be SUCCESSFUL
@@ -367,6 +367,10 @@ def leave_running(job, outcome, *, status, expired=False, reason="", level=loggi
             limits.left_running([job])
             history.note(job, outcome, status=status, reason=reason, level=level, exc=exc,
                          **(data or {}))
+            if job.unique_key and status != JobStatus.CANCELLED:
+                # Only a job with a unique key can be asked for again while it runs.
+                _take_up_asked(job, status, Job.objects.filter(pk=job.pk).values_list(
+                    "asked_fingerprint", flat=True).first())
             if status == JobStatus.READY:
                 if retried:
                     _guarded(rollup.count, [(job, "retried", None)], what="the rollup's count")
@@ -431,9 +435,39 @@ def _complete_in_transaction(jobs_results):
         finished = [job for job, _result in jobs_results if job.pk in done]
         limits.left_running(finished)
         history.note_many(finished, Outcome.SUCCEEDED, status=JobStatus.SUCCESSFUL)
+        for job in finished:
+            _take_up_asked(job, JobStatus.SUCCESSFUL, done[job.pk][1])
         _finished([(job, {"result": result}) for job, result in jobs_results if job.pk in done],
-                  JobStatus.SUCCESSFUL, ran=True, has_dependents={pk for pk, flag in done.items() if flag})
+                  JobStatus.SUCCESSFUL, ran=True,
+                  has_dependents={pk for pk, (flag, _asked) in done.items() if flag})
     return list(done)
+
+
+def _take_up_asked(job, status, asked):
+    """In the transaction that moved `job` out of RUNNING to `status`: newer data asked of it
+    while it ran (`asked`, its fingerprint) is not dropped.
+
+    Going again (READY) or held (PAUSED), the job takes it as a job not yet running
+    would have (READY: attempts from 0). Ended (SUCCESSFUL, FAILED), it is run again:
+    a new job with its key, kind, payload, priority, queue, keys and owner, for the
+    asked fingerprint, queued before the kind's `finished` hook runs, so the hook can
+    follow it. A CANCELLED job is not run again: the cancel is the later word.
+    """
+    if not asked:
+        return None
+    if status in (JobStatus.READY, JobStatus.PAUSED):
+        fresh = {"attempts": 0} if status == JobStatus.READY else {}
+        Job.objects.filter(pk=job.pk).update(fingerprint=asked, asked_fingerprint="", **fresh)
+        job.fingerprint = asked
+        return None
+    Job.objects.filter(pk=job.pk).update(asked_fingerprint="")
+    again = enqueue(job.kind, job.payload, owner=job.owner, priority=job.priority, queue=job.queue,
+                    unique_key=job.unique_key, fingerprint=asked,
+                    concurrency_keys=job.concurrency_keys, rate_key=job.rate_key,
+                    max_attempts=job.max_attempts, on_dependency_failure=job.on_dependency_failure)
+    history.note(job, Action.RUN_AGAIN, reason=_("Newer data was asked for while it ran."),
+                 run=again.pk)
+    return again
 
 
 def error_entry(job, error, code, exc):
