@@ -451,23 +451,27 @@ def _take_up_asked(job, status, asked):
     would have (READY: attempts from 0). Ended (SUCCESSFUL, FAILED), it is run again:
     a new job with its key, kind, payload, priority, queue, keys and owner, for the
     asked fingerprint, queued before the kind's `finished` hook runs, so the hook can
-    follow it. A CANCELLED job is not run again: the cancel is the later word.
+    follow it. A CANCELLED job is not run again: the cancel is the later word. A new run
+    that cannot be queued is logged; the transition it rides on still commits.
     """
     if not asked:
-        return None
+        return
     if status in (JobStatus.READY, JobStatus.PAUSED):
         fresh = {"attempts": 0} if status == JobStatus.READY else {}
         Job.objects.filter(pk=job.pk).update(fingerprint=asked, asked_fingerprint="", **fresh)
         job.fingerprint = asked
-        return None
+        return
     Job.objects.filter(pk=job.pk).update(asked_fingerprint="")
+    _guarded(_run_again, job, asked, what=f"running job {job.pk} again for newer data")
+
+
+def _run_again(job, fingerprint):
     again = enqueue(job.kind, job.payload, owner=job.owner, priority=job.priority, queue=job.queue,
-                    unique_key=job.unique_key, fingerprint=asked,
+                    unique_key=job.unique_key, fingerprint=fingerprint,
                     concurrency_keys=job.concurrency_keys, rate_key=job.rate_key,
                     max_attempts=job.max_attempts, on_dependency_failure=job.on_dependency_failure)
     history.note(job, Action.RUN_AGAIN, reason=_("Newer data was asked for while it ran."),
                  run=again.pk)
-    return again
 
 
 def error_entry(job, error, code, exc):

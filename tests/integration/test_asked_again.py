@@ -70,6 +70,19 @@ def test_a_batch_of_successes_runs_again_only_the_jobs_asked_for_again():
     assert Job.objects.filter(kind="tests.noop").get().status == JobStatus.SUCCESSFUL
 
 
+def test_a_run_again_that_cannot_be_queued_is_logged_and_the_job_still_ends(monkeypatch, caplog):
+    job = running()
+    ask("v2")
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("the queue refused it")
+
+    monkeypatch.setattr(services, "enqueue", refuse)
+    assert outcome.record(job, Outcome.SUCCEEDED) is True
+    assert jobs_of_the_key() == [(JobStatus.SUCCESSFUL, "v1", "")]
+    assert f"running job {job.pk} again for newer data failed" in caplog.text
+
+
 def test_a_success_with_nothing_asked_queues_nothing():
     job = running()
     ask("v1")
