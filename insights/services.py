@@ -213,12 +213,13 @@ def insight_generate(ctx, insight_id):
         return {"skipped": "deleted"}  # deleted with its user; nothing to write
     with translation.override(insight.language):
         try:
-            facts, fingerprint = _facts(insight)
+            facts = _collect(data.provider(insight.kind), insight.owner, insight.subject)
         except SubjectNotFound:
             raise Fail(_("The subject of this insight no longer exists."),
                        code="subject_gone") from None
         except data.Unavailable as exc:
             raise Fail(str(exc), code="unavailable") from None
+        fingerprint = data.fingerprint(facts, insight.language)
         generated = generators.generate(insight.kind, facts, language=insight.language)
     if ctx.should_stop():
         return None  # cancelled, paused, lost or timed out meanwhile: the engine records which
@@ -239,13 +240,6 @@ def _collect(provider, owner, subject):
     if not provider.exists(owner, subject):
         raise SubjectNotFound(_("No such subject."))
     return provider.collect(owner, subject)
-
-
-def _facts(insight):
-    """The insight's facts as they are now, and their fingerprint (in the active language);
-    raises as `_collect` does."""
-    facts = _collect(data.provider(insight.kind), insight.owner, insight.subject)
-    return facts, data.fingerprint(facts, insight.language)
 
 
 def insight_record_outcome(job):
