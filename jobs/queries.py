@@ -120,12 +120,15 @@ def together():
     (psycopg's pipeline mode); their rows are read after it. Each statement still runs in turn
     on a snapshot of its own, so one sent after a lock sees what the lock's last
     holder committed. A no-op on SQLite, whose statements cost no round trip.
+
+    An error of a statement sent here may be raised where the block ends, by psycopg:
+    it becomes Django's error there, as it would have in `execute()`.
     """
     if not is_postgres():
         yield
         return
     connection.ensure_connection()
-    with _stale_plans_dropped(), connection.connection.pipeline():
+    with connection.wrap_database_errors, _stale_plans_dropped(), connection.connection.pipeline():
         yield
 
 
@@ -426,6 +429,10 @@ def mark_running(ids, *, worker, token, lease_s):
 # then marked RUNNING. Its last rows name the queues that hold a claimable job
 # it did not take: one of its own it left, or one of `elsewhere` (a queue with
 # a limit, and those after it) that no other claimer holds.
+#
+# It runs on its generic plan (claim_plain), so its per-queue LIMIT is in its
+# text, `fetch`: a generic plan made without knowing the LIMIT sorts the whole
+# backlog (docs/performance.md, sixth and eighth rounds).
 CLAIM_PLAIN = f"""
 WITH candidate AS (
     SELECT j.*, q.name, q.n, q.cap
@@ -438,7 +445,7 @@ WITH candidate AS (
         WHERE status = 'READY' AND blocked_key IS NULL AND queue = q.name
           AND kind = ANY(%s) AND run_after <= STATEMENT_TIMESTAMP()
         ORDER BY {order.SQL}
-        LIMIT %s FOR UPDATE SKIP LOCKED
+        LIMIT {{fetch}} FOR UPDATE SKIP LOCKED
     ) j
 ), ranked AS (
     SELECT id, keyed, row_number() OVER (ORDER BY n, {order.SQL}) AS rank
@@ -473,12 +480,17 @@ SELECT {", ".join(["NULL"] * (len(_JOB_FIELDS) + 1))}, name FROM waiting
 
 
 def claim_plain_statement(caps, kinds, limit, *, elsewhere, worker, token, lease_s):
-    """CLAIM_PLAIN and its parameters, for `claim_plain` (and for a look at its plan)."""
+    """CLAIM_PLAIN and its parameters, for `claim_plain` (and for a look at its plan).
+
+    Each queue's candidates are fetched up to the next power of two of the
+    largest cap: a handful of texts, each prepared once, instead of one per
+    cap. The caps themselves are parameters, applied after the fetch.
+    """
     running, params = _running(worker, token, lease_s)
     kinds = list(kinds)
-    return CLAIM_PLAIN.format(running=running), [
-        list(caps), list(caps.values()), kinds, max(caps.values()), limit, *params,
-        list(elsewhere), kinds]
+    fetch = 1 << (max(caps.values()) - 1).bit_length()
+    return CLAIM_PLAIN.format(running=running, fetch=fetch), [
+        list(caps), list(caps.values()), kinds, limit, *params, list(elsewhere), kinds]
 
 
 def claim_plain(caps, kinds, limit, *, elsewhere, worker, token, lease_s):
@@ -490,9 +502,18 @@ def claim_plain(caps, kinds, limit, *, elsewhere, worker, token, lease_s):
     cap or the limit; any of `elsewhere`'s), for the claim's checked path.
     PostgreSQL only.
     """
+    statement = claim_plain_statement(caps, kinds, limit, elsewhere=elsewhere, worker=worker,
+                                      token=token, lease_s=lease_s)
+    with together():
+        if not connection.in_atomic_block and connection.connection.prepare_threshold is not None:
+            # The custom plan PostgreSQL made again at every call cost as much as running
+            # it. SET LOCAL ends with the statement's own transaction: sent in the same
+            # round trip, it costs none, and it reaches no other statement. (Inside a
+            # caller's transaction it would; unprepared, there is no plan to keep.)
+            _execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        claimed = Pending(*statement)
     taken, waiting = [], set()
-    for row in Pending(*claim_plain_statement(caps, kinds, limit, elsewhere=elsewhere, worker=worker,
-                                              token=token, lease_s=lease_s)).rows():
+    for row in claimed.rows():
         if row[-1] is not None:
             waiting.add(row[-1])
         else:

@@ -116,6 +116,66 @@ def test_the_one_statement_claim_walks_the_claim_index_of_every_queue_it_looks_a
     assert plan.count("jobs_job_claimable") == 2, plan
 
 
+def test_the_one_statement_claims_generic_plan_walks_the_claim_index_of_every_queue():
+    """The claim runs on its generic plan, made once without its parameters' values: that
+    plan too must walk the claim index, not sort the backlog (a generic plan that did not
+    know the per-queue LIMIT ran for minutes at a million READY rows)."""
+    services.enqueue_many([("tests.noop", {}, {}) for _ in range(5000)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    worker = Worker.objects.create(name="w", host="h", pid=1)
+    sql, params = queries.claim_plain_statement(
+        {"default": 20, "other": 3}, ["tests.noop", "tests.other_queue"], 20,
+        elsewhere=["gapped"], worker=worker, token=uuid.uuid4(), lease_s=30)
+    numbered = sql
+    for number in range(1, len(params) + 1):
+        numbered = numbered.replace("%s", f"${number}", 1)
+    assert "%s" not in numbered
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE generic_claim AS {numbered}")
+        marks = ", ".join(["%s"] * len(params))
+        cursor.execute(f"EXPLAIN EXECUTE generic_claim({marks})", params)  # not run
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE generic_claim")
+    assert "$1" in plan, plan  # the generic plan: its parameters are not known in it
+    assert "Seq Scan on jobs_job" not in plan, plan
+    assert plan.count("jobs_job_claimable") == 2, plan
+
+
+def test_the_one_statement_claim_runs_on_its_generic_plan_and_the_setting_goes_with_it():
+    """Its custom plan, made again at every call, cost as much as the claim itself; the
+    setting that picks the generic plan lasts the claim's own transaction and no longer."""
+    worker = Worker.objects.create(name="w", host="h", pid=1)
+
+    def plan_cache_mode():
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW plan_cache_mode")
+            return cursor.fetchone()[0]
+
+    for _ in range(8):  # past psycopg's prepare_threshold
+        job = services.enqueue("tests.noop", {})
+        [claimed] = claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=20)
+        assert claimed.pk == job.pk
+        assert plan_cache_mode() == "auto"
+    with transaction.atomic():
+        # Inside a caller's transaction the setting would outlive the claim: not set there.
+        job = services.enqueue("tests.noop", {})
+        [claimed] = claiming.claim(worker, queues=["default"], kinds=["tests.noop"], limit=20)
+        assert claimed.pk == job.pk
+        assert plan_cache_mode() == "auto"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                       "WHERE statement LIKE %s", ["%WITH candidate AS%"])
+        plans = cursor.fetchall()
+    if os.environ.get("DATABASE_POOLER") == "transaction":
+        assert plans == []  # nothing is prepared through the pool
+        return
+    [(generic, custom)] = plans
+    assert generic >= 3
+    assert custom == 1  # the one claim inside the caller's transaction
+
+
 def test_after_meeting_a_job_with_a_key_first_the_claim_skips_its_one_statement_for_a_moment(
         monkeypatch):
     """Queues whose first job carries a key leave the one-statement claim nothing to take;
