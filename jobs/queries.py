@@ -694,22 +694,36 @@ def complete_plain(rows, *, minute, event_kind, event_data):
     the row first, so this UPDATE waits for it and sees what it wrote.
     Returns the ids that were completed.
     """
+    return {job_id for (job_id,) in _execute(*complete_plain_statement(
+        rows, minute=minute, event_kind=event_kind, event_data=event_data))}
+
+
+def complete_plain_statement(rows, *, minute, event_kind, event_data):
+    """The statement of `complete_plain` and its parameters (and for a look at its plan)."""
     token_field = Job._meta.get_field("lease_token")
-    params, values = [], []
-    for job_id, token, result, took_s, bucket in rows:
-        values.append("(%s::bigint, %s::uuid, %s::jsonb, %s::float8, %s::int)")
-        params += [job_id, token_field.get_db_prep_value(token, connection),
-                   None if result is None else json.dumps(result), took_s, bucket]
+    ids, tokens, results, took, buckets = zip(*rows, strict=True)
+    params = [list(ids), [token_field.get_db_prep_value(token, connection) for token in tokens],
+              [None if result is None else json.dumps(result) for result in results],
+              list(took), list(buckets)]
     minute = JobRollup._meta.get_field("minute").get_db_prep_value(minute, connection)
     at = JobEvent._meta.get_field("at").get_db_prep_value(timezone.now(), connection)
-    buckets = ", ".join(f"count(*) FILTER (WHERE bucket = {i})" for i in range(len(DURATION_COLUMNS)))
+    counts = ", ".join(f"count(*) FILTER (WHERE bucket = {i})" for i in range(len(DURATION_COLUMNS)))
     added = ", ".join(f"{name} = jobs_jobrollup.{name} + excluded.{name}" for name in _ROLLUP_ADDED)
-    done = _execute(
-        f"WITH v(id, token, result, took, bucket) AS (VALUES {', '.join(values)}), "
+    return (
+        # Arrays, not a VALUES list: one text for every batch size, prepared once
+        # (a list made each size a statement of its own, parsed and planned anew).
+        "WITH v(id, token, result, took, bucket) AS (SELECT * FROM unnest("
+        "%s::bigint[], %s::uuid[], %s::jsonb[], %s::float8[], %s::int[])), "
         "done AS (UPDATE jobs_job SET status = 'SUCCESSFUL', result = v.result, progress = 1.0, "
         f"finished_at = {now()}, updated_at = {now()}, error = '', error_code = '', "
         "worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, blocked_key = NULL, "
-        "stop_requested = '' FROM v WHERE v.id = jobs_job.id AND jobs_job.status = 'RUNNING' "
+        # Found by id: the ids are the primary key's index condition, and the status is
+        # tested as IS NOT DISTINCT FROM (the same test of a NOT NULL column) so that no
+        # index on `status = ...` matches. With `status = 'RUNNING'` the planner walked
+        # such an index (the running one), whose dead entries a bitmap scan never
+        # clears: each batch cost more than the last (docs/performance.md, eighth round).
+        "stop_requested = '' FROM v WHERE v.id = jobs_job.id AND jobs_job.id = ANY(%s::bigint[]) "
+        "AND jobs_job.status IS NOT DISTINCT FROM 'RUNNING' "
         "AND jobs_job.lease_token = v.token AND NOT jobs_job.has_dependents "
         "AND jobs_job.asked_fingerprint = '' "
         "RETURNING jobs_job.id, jobs_job.attempts, jobs_job.queue, jobs_job.kind, v.took, v.bucket), "
@@ -718,14 +732,13 @@ def complete_plain(rows, *, minute, event_kind, event_data):
         # Sorted, as upsert_rollup's rows are, so two writers lock them in one order.
         f"counted AS (INSERT INTO jobs_jobrollup (queue, kind, minute, {', '.join(_ROLLUP_ADDED)}, "
         "took_max_s) SELECT queue, kind, %s, count(*), 0, 0, 0, count(took), "
-        f"COALESCE(sum(took), 0), {buckets}, COALESCE(max(took), 0) FROM done "
+        f"COALESCE(sum(took), 0), {counts}, COALESCE(max(took), 0) FROM done "
         "GROUP BY queue, kind ORDER BY queue, kind "
         f"ON CONFLICT (queue, kind, minute) DO UPDATE SET {added}, "
         "took_max_s = GREATEST(jobs_jobrollup.took_max_s, excluded.took_max_s)) "
         "SELECT id FROM done",
-        [*params, at, event_kind, json.dumps(event_data), minute],
+        [*params, list(ids), at, event_kind, json.dumps(event_data), minute],
     )
-    return {job_id for (job_id,) in done}
 
 
 # --- The per-minute rollup (jobs/rollup.py) -----------------------------------------
