@@ -657,27 +657,32 @@ def complete_batch(rows):
     asked_fingerprint)} for the rows that matched (a job whose lease was lost
     meanwhile is left alone).
     """
+    done = _execute(*complete_batch_statement(rows))
+    return {job_id: (bool(has_dependents), asked) for job_id, has_dependents, asked in done}
+
+
+def complete_batch_statement(rows):
+    """The statement of `complete_batch` and its parameters (and for a look at its plan)."""
     token_field = Job._meta.get_field("lease_token")
-    params, values = [], []
-    jsonb = "::jsonb" if is_postgres() else ""
-    uuid_cast = "::uuid" if is_postgres() else ""
+    params = []
+    row = "(%s::bigint, %s::uuid, %s::jsonb)" if is_postgres() else "(%s, %s, %s)"
     for job_id, token, result in rows:
-        values.append("(%s, %s, %s)")
         params += [job_id, token_field.get_db_prep_value(token, connection),
                    None if result is None else json.dumps(result)]
-    done = _execute(
-        f"WITH v(id, token, result) AS (VALUES {', '.join(values)}) "
+    ids = [job_id for job_id, _token, _result in rows]
+    return (
+        f"WITH v(id, token, result) AS (VALUES {', '.join([row] * len(rows))}) "
         "UPDATE jobs_job SET status = 'SUCCESSFUL', "
-        f"result = (SELECT v.result{jsonb} FROM v WHERE v.id = jobs_job.id), "
+        "result = (SELECT v.result FROM v WHERE v.id = jobs_job.id), "
         f"progress = 1.0, finished_at = {now()}, updated_at = {now()}, "
         "error = '', error_code = '', worker_id = NULL, lease_token = NULL, "
         "lease_expires_at = NULL, blocked_key = NULL, stop_requested = '' "
-        f"WHERE status = 'RUNNING' AND EXISTS (SELECT 1 FROM v WHERE v.id = jobs_job.id "
-        f"AND v.token{uuid_cast} = jobs_job.lease_token) "
+        # Found by id, as complete_plain's rows are (see there).
+        f"WHERE id IN ({', '.join(['%s'] * len(ids))}) AND status IS NOT DISTINCT FROM 'RUNNING' "
+        "AND EXISTS (SELECT 1 FROM v WHERE v.id = jobs_job.id AND v.token = jobs_job.lease_token) "
         "RETURNING id, has_dependents, asked_fingerprint",
-        params,
+        [*params, *ids],
     )
-    return {job_id: (bool(has_dependents), asked) for job_id, has_dependents, asked in done}
 
 
 def complete_plain(rows, *, minute, event_kind, event_data):
