@@ -113,8 +113,11 @@ class Job(models.Model):
     # Staff's ordering within a priority: lower runs first; "move to front"
     # writes a value below the queue's smallest.
     position = models.BigIntegerField(_("position"), default=0)
+    # Indexed by jobs_job_owner_status, which begins with it (an index of its own
+    # was written by every enqueue, claim and completion for nothing).
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs",
+        db_index=False,
     )
     # NULL, not "", means "no key": the partial unique index ignores NULLs.
     unique_key = models.CharField(_("unique key"), max_length=255, null=True, blank=True)  # noqa: DJ001
@@ -149,8 +152,10 @@ class Job(models.Model):
     run_after = models.DateTimeField(_("run after"), default=timezone.now)
 
     # The lease: which worker holds the job, with which token, until when.
+    # Set only while the job runs: indexed by jobs_job_worker, which holds those rows alone.
     worker = models.ForeignKey(
-        "jobs.Worker", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+        "jobs.Worker", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs",
+        db_index=False,
     )
     lease_token = models.UUIDField(null=True, blank=True, editable=False)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -225,7 +230,10 @@ class Job(models.Model):
                          name="jobs_job_running"),
             models.Index(fields=["unique_key", "-id"], condition=Q(unique_key__isnull=False),
                          name="jobs_job_unique_key"),
-            models.Index(fields=["owner", "status"], name="jobs_job_owner_status"),
+            # A user's jobs; jobs nobody owns (most Tasks-API jobs) are not written to it.
+            models.Index(fields=["owner", "status"], condition=Q(owner__isnull=False),
+                         name="jobs_job_owner_status"),
+            models.Index(fields=["worker"], condition=Q(worker__isnull=False), name="jobs_job_worker"),
             models.Index(fields=["finished_at"], condition=Q(status__in=FINISHED_STATUSES),
                          name="jobs_job_finished"),
         ]
