@@ -177,19 +177,10 @@ def insert_job(job, *, notify_channel):
     folds identical notifications of one transaction into one, so a transaction
     that enqueues many jobs still wakes each queue's workers once.
     """
-    columns = ", ".join(BULK_COLUMNS + tuple(BULK_CONSTANTS))
-    constants = ", ".join(BULK_CONSTANTS.values())
     if is_postgres():
-        marks = ", ".join(f"%s::{BULK_TYPES[name]}" for name in BULK_COLUMNS)
-        [(job_id, _)] = Pending(
-            f"WITH new AS (INSERT INTO jobs_job ({columns}, updated_at) VALUES ({marks}, "
-            f"{constants}, %s) RETURNING id, queue) SELECT id, pg_notify(%s, queue) FROM new",
-            [*_new_values(job), notify_channel]).rows()
+        [(job_id, _)] = Pending(_INSERT_NOTIFYING, [*_new_values(job), notify_channel]).rows()
     else:
-        marks = ", ".join(["%s"] * len(BULK_COLUMNS))
-        [(job_id,)] = _execute(
-            f"INSERT INTO jobs_job ({columns}, updated_at) VALUES ({marks}, {constants}, %s) "
-            "RETURNING id", _new_values(job))
+        [(job_id,)] = _execute(_INSERT, _new_values(job))
     return job_id
 
 
@@ -263,6 +254,17 @@ BULK_TYPES = {
     "blocked_key": "text", "on_dependency_failure": "text",
     "max_attempts": "int", "run_after": "timestamptz", "enqueued_at": "timestamptz",
 }
+
+
+# One new job's INSERT (insert_job), its text made once.
+_INSERT_INTO = f"INSERT INTO jobs_job ({', '.join(BULK_COLUMNS + tuple(BULK_CONSTANTS))}, updated_at)"
+_INSERT_NOTIFYING = (
+    f"WITH new AS ({_INSERT_INTO} VALUES ("
+    f"{', '.join(f'%s::{BULK_TYPES[name]}' for name in BULK_COLUMNS)}, "
+    f"{', '.join(BULK_CONSTANTS.values())}, %s) RETURNING id, queue) "
+    "SELECT id, pg_notify(%s, queue) FROM new")
+_INSERT = (f"{_INSERT_INTO} VALUES ({', '.join(['%s'] * len(BULK_COLUMNS))}, "
+           f"{', '.join(BULK_CONSTANTS.values())}, %s) RETURNING id")
 
 
 def insert_many(jobs):

@@ -55,6 +55,12 @@ set_rate = limits.set_rate
 
 
 _COLUMNS = Job._meta.concrete_fields
+_COLUMN_AT = {f.attname: i for i, f in enumerate(_COLUMNS)}
+# A new Job's values, column by column: a constant default is read once here,
+# not asked of its field for every job (some 25 calls an enqueue).
+_NEW_JOB = [None if f.has_default() and callable(f.default) else f.get_default() for f in _COLUMNS]
+_MADE_PER_JOB = [(i, f.attname, f.default) for i, f in enumerate(_COLUMNS)
+                 if f.has_default() and callable(f.default)]
 
 
 def build_job(kind, payload=None, **options):
@@ -71,7 +77,13 @@ def build_job(kind, payload=None, **options):
     spec["owner_id"] = owner.pk if owner is not None else None
     # Positional, every column in order: a third of the time of Job(**spec),
     # which pops each of ~40 names from the keywords (one enqueue's Python).
-    job = Job(*[spec[f.attname] if f.attname in spec else f.get_default() for f in _COLUMNS])
+    values = list(_NEW_JOB)
+    for i, name, make in _MADE_PER_JOB:
+        if name not in spec:
+            values[i] = make()
+    for name, value in spec.items():
+        values[_COLUMN_AT[name]] = value
+    job = Job(*values)
     if owner is not None:
         job.owner = owner
     job.initial_limits, job.initial_rates = initial_limits, initial_rates
