@@ -78,11 +78,12 @@ def split_arguments(argv):
     return wanted, markexpr, paths, rest
 
 
-# What the pgbouncer pass runs: claims, limits and rates, workflows, fencing, the Tasks API,
-# the pooler's own.
+# What the pgbouncer pass runs: claims and completions, limits and rates, workflows, fencing,
+# the Tasks API, the pooler's own.
 POOLED_LAYERS = [
     "tests/integration/test_claim.py",
     "tests/integration/test_claim_postgres.py",
+    "tests/integration/test_completion_postgres.py",
     "tests/integration/test_limits.py",
     "tests/integration/test_rates.py",
     "tests/integration/test_dependencies.py",
