@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs import claiming, queries, services
 from jobs.models import Job, JobStatus, Worker
+from tests.plans import prepared_plan
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -127,17 +128,7 @@ def test_the_one_statement_claims_generic_plan_walks_the_claim_index_of_every_qu
     sql, params = queries.claim_plain_statement(
         {"default": 20, "other": 3}, ["tests.noop", "tests.other_queue"], 20,
         elsewhere=["gapped"], worker=worker, token=uuid.uuid4(), lease_s=30)
-    numbered = sql
-    for number in range(1, len(params) + 1):
-        numbered = numbered.replace("%s", f"${number}", 1)
-    assert "%s" not in numbered
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE generic_claim AS {numbered}")
-        marks = ", ".join(["%s"] * len(params))
-        cursor.execute(f"EXPLAIN EXECUTE generic_claim({marks})", params)  # not run
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("DEALLOCATE generic_claim")
+    plan = prepared_plan(sql, params, mode="force_generic_plan")
     assert "$1" in plan, plan  # the generic plan: its parameters are not known in it
     assert "Seq Scan on jobs_job" not in plan, plan
     assert plan.count("jobs_job_claimable") == 2, plan

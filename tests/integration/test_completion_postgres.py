@@ -4,11 +4,12 @@ import os
 import uuid
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from jobs import claiming, queries, services
 from jobs.models import Job, JobStatus, Worker
+from tests.plans import prepared_plan
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -30,13 +31,6 @@ STATEMENTS = {
 }
 
 
-def numbered(sql, params):
-    for number in range(1, len(params) + 1):
-        sql = sql.replace("%s", f"${number}", 1)
-    assert "%s" not in sql
-    return sql
-
-
 @pytest.mark.parametrize("way", STATEMENTS)
 def test_a_completion_finds_its_rows_by_id_not_through_an_index_of_statuses(way):
     """The statistics say few jobs run (they were read when none did), while the running
@@ -48,16 +42,9 @@ def test_a_completion_finds_its_rows_by_id_not_through_an_index_of_statuses(way)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE jobs_job")
     sql, params = STATEMENTS[way](claimed(8, worker))
-    plans = {}
-    for mode in ("force_custom_plan", "force_generic_plan"):
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            cursor.execute(f"PREPARE completion AS {numbered(sql, params)}")
-            marks = ", ".join(["%s"] * len(params))
-            cursor.execute(f"EXPLAIN EXECUTE completion({marks})", params)  # not run
-            plans[mode] = "\n".join(row[0] for row in cursor.fetchall())
-            cursor.execute("DEALLOCATE completion")
-    for plan in plans.values():
+    plans = [prepared_plan(sql, params, mode=mode)
+             for mode in ("force_custom_plan", "force_generic_plan")]
+    for plan in plans:
         assert "jobs_job_running" not in plan and "jobs_job_unique_live_key" not in plan, plan
         assert "Index Scan using jobs_job_pkey on jobs_job" in plan, plan
 
