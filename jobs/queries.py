@@ -106,9 +106,45 @@ class _PreparingCursor(ServerBindingCursor):
 
 
 def _execute(statement, params=()):
-    with _cursor() as cursor:
-        cursor.execute(statement, params)
-        return cursor.fetchall() if cursor.description else None
+    """Run one statement and return its rows (None for a statement that returns none)."""
+    db = connections[DEFAULT_DB_ALIAS]  # once: each read through the proxy costs a lookup
+    kept = _kept_cursor(db)
+    if kept is None:
+        with _cursor() as cursor:
+            cursor.execute(statement, params)
+            return cursor.fetchall() if cursor.description else None
+    # What Django's cursor wrapper does around execute(), less its layers.
+    db.validate_no_broken_transaction()
+    with db.wrap_database_errors:
+        kept.execute(statement, params)
+        # Not `description`: it builds a Column, type name and all, for every field.
+        return kept.fetchall() if kept.pgresult.nfields else None
+
+
+def _kept_cursor(db):
+    """The engine's own cursor on `db`'s connection, made once per connection, or None
+    where a statement must go through Django's cursor.
+
+    Making a psycopg cursor, with Django's wrapper around it, and closing it cost
+    a tenth of an enqueue (docs/performance.md, ninth round). Prepared statements
+    belong to the connection, not the cursor: a kept cursor runs them as a fresh
+    one would. Whatever watches the queries (DEBUG's log, `assertNumQueries`, an
+    `execute_wrapper`) sees them through Django's cursor instead, as do statements
+    queued in `together()`'s pipeline, each holding its rows on a cursor of its
+    own until the block ends.
+    """
+    if db.vendor != "postgresql" or db.queries_logged or db.execute_wrappers:
+        return None
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    raw = db.connection
+    if raw.pgconn.pipeline_status:
+        return None
+    kept = getattr(db, "haulage_cursor", None)
+    if kept is None or kept.connection is not raw:  # Django connected again since
+        kept = db.haulage_cursor = _PreparingCursor(raw)
+    return kept
 
 
 # --- Statements sent together --------------------------------------------------
@@ -178,7 +214,7 @@ def insert_job(job, *, notify_channel):
     that enqueues many jobs still wakes each queue's workers once.
     """
     if is_postgres():
-        [(job_id, _)] = Pending(_INSERT_NOTIFYING, [*_new_values(job), notify_channel]).rows()
+        [(job_id, _)] = _execute(_INSERT_NOTIFYING, [*_new_values(job), notify_channel])
     else:
         [(job_id,)] = _execute(_INSERT, _new_values(job))
     return job_id
