@@ -163,9 +163,12 @@ def decide_stranded(limit=BATCH):
 
 def follow_ups(job):
     """A new job of a kind others follow: enqueue one of each as its dependent (same transaction)."""
-    from jobs import services
+    names = registry.followers(job.kind)
+    if not names:
+        return  # most kinds: no import on every enqueue
+    from jobs import services  # services imports this module
 
-    for name in registry.followers(job.kind):
+    for name in names:
         services.enqueue(name, {"of": job.payload, "after": job.kind}, owner=job.owner,
                          depends_on=[job.pk])
 

@@ -8,6 +8,9 @@ from django.utils.translation import gettext as _
 from jobs import conf
 from jobs.exceptions import InvalidPayload
 
+# Made once: json.dumps() with any option builds a new encoder for every call.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
 
 def validate(payload, *, max_depth=None, max_bytes=None):
     """Return the payload's canonical JSON text, or raise InvalidPayload saying why.
@@ -17,7 +20,7 @@ def validate(payload, *, max_depth=None, max_bytes=None):
     max_depth = conf.JOBS_MAX_PAYLOAD_DEPTH if max_depth is None else max_depth
     _walk(payload, depth=0, max_depth=max_depth)
     try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(_("The payload is not JSON: %(error)s") % {"error": exc}) from None
     limit = conf.JOBS_MAX_PAYLOAD_BYTES if max_bytes is None else max_bytes

@@ -43,7 +43,7 @@ def notify(queue, *, sent=False):
     `sent`: the statement that wrote the job carried PostgreSQL's NOTIFY
     itself (queries.insert_job); only this process's own workers are left.
     """
-    if queries.is_postgres() and not sent:
+    if not sent and queries.is_postgres():
         queries.notify(JOBS_CHANNEL, queue)
     if _job_events:
         transaction.on_commit(lambda: _set_all(_job_events))
