@@ -115,7 +115,11 @@ def run_worker_until_measured_done(url, scratch, after):
             ).fetchone()
     finally:
         worker.terminate()
-        worker.wait(60)
+        try:
+            worker.wait(60)
+        except subprocess.TimeoutExpired:
+            worker.kill()  # not left serving a database about to be dropped
+            raise RuntimeError("runworker did not stop within 60 s of SIGTERM") from None
     return MEASURED / (last - first).total_seconds()
 
 

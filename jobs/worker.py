@@ -12,7 +12,6 @@ wake-ups. How each attempt ends is recorded through jobs/outcome.py.
 import logging
 import os
 import queue as queue_module
-import signal
 import socket
 import threading
 import time
@@ -32,6 +31,7 @@ from jobs import (
     registry,
     sampling,
     services,
+    stopsignals,
     wakeup,
 )
 from jobs.context import JobContext
@@ -579,5 +579,5 @@ class Worker:
 
 
 def install_signal_handlers(worker):
-    signal.signal(signal.SIGTERM, worker.request_stop)
-    signal.signal(signal.SIGINT, worker.request_stop)
+    # Not request_stop itself as the handler: it sets events the main loop waits on.
+    stopsignals.on_stop_signals(worker.request_stop)

@@ -255,7 +255,8 @@ class CVWorker:
         return self._stop.is_set()
 
     def request_stop(self):
-        """Stop taking jobs; running ones get CV_SHUTDOWN_GRACE_S to finish (safe from a signal handler)."""
+        """Stop taking jobs; running ones get CV_SHUTDOWN_GRACE_S to finish (from any thread;
+        a signal handler goes through jobs/stopsignals.py)."""
         self._stop.set()
 
     def run(self):

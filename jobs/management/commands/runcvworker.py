@@ -1,10 +1,9 @@
 """`manage.py runcvworker`: serve CV jobs from Redis until SIGTERM or Ctrl+C."""
 
-import signal
-
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from jobs import stopsignals
 from jobs.cv import clients
 from jobs.cv.worker import CVWorker, discover_handlers
 
@@ -41,9 +40,5 @@ class Command(BaseCommand):
         except (ImproperlyConfigured, ValueError) as exc:
             raise CommandError(str(exc)) from None
 
-        def stop(signum, frame):
-            worker.request_stop()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        stopsignals.on_stop_signals(lambda signum: worker.request_stop())
         worker.run()
