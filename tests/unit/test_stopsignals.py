@@ -16,7 +16,7 @@ pytestmark = pytest.mark.dbless
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SIGNAL_UNDER_THE_LOCK = """
+STOP_SCENARIO = """
 import os, signal, threading
 wake = threading.Event()
 asked = []
@@ -26,22 +26,31 @@ def request_stop(signum):
     wake.set()  # what the worker's request_stop does: its main loop waits on this event
 
 {install}
-
-with wake._cond:  # the lock Event.wait() holds between its steps
-    os.kill(os.getpid(), signal.SIGTERM)
-    sum(range(100_000))  # the handler runs here, between two bytecodes
+{sigterm_under_the_lock}
 print("stopped" if wake.wait(10) else "not stopped", asked, flush=True)
 """
 
+# SIGTERM while the main thread holds `{event}`'s lock, as Event.wait() does between its steps.
+SIGTERM_UNDER_THE_LOCK = """
+with {event}._cond:
+    os.kill(os.getpid(), signal.SIGTERM)
+    sum(range(100_000))  # the handler runs here, between two bytecodes
+"""
 
-def run_scenario(code, timeout=20):
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+
+def under_the_lock(install):
+    return STOP_SCENARIO.format(
+        install=install, sigterm_under_the_lock=SIGTERM_UNDER_THE_LOCK.format(event="wake"))
+
+
+def run_scenario(code, timeout=20, env=None):
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def test_a_stop_signal_under_the_main_threads_lock_is_acted_on():
-    done = run_scenario(SIGNAL_UNDER_THE_LOCK.format(
-        install="from jobs.stopsignals import on_stop_signals\non_stop_signals(request_stop)"))
+    done = run_scenario(under_the_lock(
+        "from jobs.stopsignals import on_stop_signals\non_stop_signals(request_stop)"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "stopped [15]"
 
@@ -49,9 +58,8 @@ def test_a_stop_signal_under_the_main_threads_lock_is_acted_on():
 def test_the_same_signal_hangs_a_handler_that_sets_the_event_itself():
     """The scenario above is the one that hung runworker: a direct handler never returns."""
     with pytest.raises(subprocess.TimeoutExpired):
-        run_scenario(SIGNAL_UNDER_THE_LOCK.format(
-            install="signal.signal(signal.SIGTERM, lambda signum, frame: request_stop(signum))"),
-            timeout=3)
+        run_scenario(under_the_lock(
+            "signal.signal(signal.SIGTERM, lambda signum, frame: request_stop(signum))"), timeout=3)
 
 
 def test_every_signal_is_relayed_even_after_a_stop_request_fails():
@@ -84,9 +92,7 @@ django.setup()
 from jobs.worker import Worker, install_signal_handlers
 worker = Worker(name="signal-test")
 install_signal_handlers(worker)
-with worker.wake._cond:
-    os.kill(os.getpid(), signal.SIGTERM)
-    sum(range(100_000))
+""" + SIGTERM_UNDER_THE_LOCK.format(event="worker.wake") + """
 print(worker.stopping.wait(10), worker.hurry.is_set(), flush=True)
 os.kill(os.getpid(), signal.SIGINT)
 print(worker.hurry.wait(10), flush=True)
@@ -97,7 +103,6 @@ def test_runworkers_handlers_stop_then_hurry_with_the_main_loop_mid_wait(tmp_pat
     env = {"SECRET_KEY": "signals", "DEBUG": "0", "SECURE_SSL_REDIRECT": "0",
            "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
            "HAULAGE_VAR_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", RUNWORKER_HANDLERS], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=30)
+    done = run_scenario(RUNWORKER_HANDLERS, timeout=30, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False", "True"], done.stderr
