@@ -15,7 +15,7 @@ class JobsConfig(AppConfig):
 
         from django.utils.module_loading import autodiscover_modules
 
-        from jobs import backend, checks, conf  # noqa: F401 - the backend registers the django.task kind
+        from jobs import backend, checks, conf, dbwait  # noqa: F401 - the backend registers the django.task kind; dbwait hooks new connections
 
         autodiscover_modules("handlers")
         for module in conf.handler_modules():

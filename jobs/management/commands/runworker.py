@@ -3,7 +3,7 @@ import re
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import registry, scheduler
+from jobs import dbwait, registry, scheduler
 from jobs.worker import Worker, install_signal_handlers
 
 QUEUE_NAME = re.compile(r"[\w.:-]{1,100}")
@@ -88,6 +88,7 @@ class Command(BaseCommand):
         if unknown:
             raise CommandError(f"Unknown kinds: {', '.join(unknown)}.")
         logging.getLogger("jobs").setLevel(logging.INFO)
+        dbwait.stop_spinning()
         worker = Worker(
             queues=names,
             slots=slots,

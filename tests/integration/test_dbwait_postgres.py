@@ -1,0 +1,184 @@
+"""Each wait for PostgreSQL's reply looks at the socket before it sleeps (jobs/dbwait.py):
+the replies are the same, a slow server is left to psycopg's waiting, and a connection
+whose replies keep coming late stops spinning for a while."""
+
+import gc
+import threading
+import weakref
+
+import psycopg
+import pytest
+from django.db import OperationalError, connection, transaction
+from django.test import override_settings
+from psycopg import generators, waiting
+
+from jobs import dbwait, queries, services
+from jobs.models import Job
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+LONG_SPIN_US = 500_000  # any reply on loopback comes sooner
+
+
+def raw_connection():
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=True)
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    """Every wait that reached psycopg's own waiting still unanswered (each may sleep)."""
+    seen = []
+    real = waiting.wait
+
+    def watched(gen):
+        try:
+            state = next(gen)
+            while True:
+                seen.append(state)
+                state = gen.send((yield state))
+        except StopIteration as stop:
+            return stop.value
+
+    monkeypatch.setattr(waiting, "wait", lambda gen, *a, **kw: real(watched(gen), *a, **kw))
+    return seen
+
+
+def test_a_reply_within_the_spin_never_reaches_psycopgs_sleep(sleeps):
+    with raw_connection() as conn:
+        conn.execute("SELECT 1")
+        assert sleeps, "without the spin, a statement waits in psycopg"
+        dbwait.install(conn, LONG_SPIN_US)
+        sleeps.clear()
+        results = [conn.execute("SELECT %s::int * 2", [n]).fetchone()[0] for n in range(20)]
+        assert results == [n * 2 for n in range(20)]
+        assert sleeps == []
+
+
+def test_a_wait_the_spin_cannot_answer_is_handed_on_and_ends_the_same():
+    with raw_connection() as conn:
+        fileno = conn.pgconn.socket
+        conn.pgconn.send_query(b"SELECT 'spun'")
+        conn.pgconn.flush()
+        answered = dbwait._Spinner(LONG_SPIN_US / 1e6).answer(generators.fetch_many(conn.pgconn), fileno)
+        with pytest.raises(StopIteration) as stop:
+            next(answered)
+        assert stop.value.value[0].get_value(0, 0) == b"spun"
+
+        conn.pgconn.send_query(b"SELECT pg_sleep(0.05), 'slept'")
+        conn.pgconn.flush()
+        handed_on = dbwait._Spinner(0.0001).answer(generators.fetch_many(conn.pgconn), fileno)
+        assert next(handed_on) == waiting.WAIT_R
+        assert waiting.wait(handed_on, fileno)[0].get_value(0, 1) == b"slept"
+
+
+def test_a_run_of_late_replies_rests_the_spin_and_a_timely_one_ends_the_run():
+    with raw_connection() as conn:
+        dbwait.install(conn, 200)
+        spinner = conn.wait.spinner
+        for _ in range(dbwait.MISSES_BEFORE_REST - 1):
+            assert conn.execute("SELECT pg_sleep(0.01), 7").fetchone()[1] == 7
+        assert spinner.misses == dbwait.MISSES_BEFORE_REST - 1 and not spinner.resting
+        conn.execute("SELECT pg_sleep(0.01)")
+        assert spinner.resting == dbwait.REST_OPERATIONS and spinner.misses == 0
+        conn.execute("SELECT 1")
+        assert spinner.resting == dbwait.REST_OPERATIONS - 1, "a resting connection sleeps at once"
+
+        spinner.resting, spinner.spin_s, spinner.misses = 0, LONG_SPIN_US / 1e6, 3
+        conn.execute("SELECT 1")
+        assert spinner.misses == 0
+
+
+def test_djangos_connections_spin_by_the_setting_and_not_when_it_is_0():
+    connection.close()
+    connection.ensure_connection()
+    assert connection.connection.wait.spinner.spin_s == 200e-6
+    with override_settings(JOBS_DB_SPIN_MICROSECONDS=0):
+        connection.close()
+        connection.ensure_connection()
+        assert "wait" not in vars(connection.connection)
+    connection.close()
+
+
+def test_the_engines_statements_behave_the_same_through_the_spin(sleeps):
+    """Autocommit, a transaction, a pipeline, COPY and an error, on a connection that spins."""
+    connection.close()
+    with override_settings(JOBS_DB_SPIN_MICROSECONDS=LONG_SPIN_US):
+        connection.ensure_connection()
+        sleeps.clear()
+        job = services.enqueue("tests.noop", {"n": 1})
+        with transaction.atomic():
+            services.enqueue("tests.noop", {"n": 2})
+        services.enqueue_many([("tests.noop", {"n": n}, {}) for n in range(3, 53)])
+        with queries.together():
+            pending = queries.Pending("SELECT count(*) FROM jobs_job")
+        assert pending.rows() == [(52,)]
+        assert Job.objects.get(pk=job.pk).payload == {"n": 1}
+        with pytest.raises(Exception, match="division by zero"), transaction.atomic():
+            queries._execute("SELECT 1 / 0")
+        assert Job.objects.count() == 52
+        assert sleeps == [], "every reply came within the spin"
+    connection.close()
+
+
+def test_a_connection_killed_during_a_wait_is_an_error_not_a_hang():
+    connection.close()
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
+    with raw_connection() as killer:
+        kill = threading.Timer(0.3, killer.execute, ["SELECT pg_terminate_backend(%s)", [pid]])
+        kill.start()
+        try:
+            with pytest.raises(OperationalError), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_sleep(30)")
+        finally:
+            kill.join()
+    connection.close()
+
+
+def test_the_spin_keeps_no_connection_alive():
+    conn = raw_connection()
+    dbwait.install(conn, 200)
+    conn.execute("SELECT 1")
+    conn.close()
+    ref = weakref.ref(conn)
+    del conn
+    gc.collect()
+    assert ref() is None
+
+
+@pytest.fixture
+def spinning_again():
+    yield
+    dbwait._spinning = True
+
+
+def test_a_process_that_stops_spinning_waits_in_psycopg_on_open_and_new_connections(
+        spinning_again, sleeps):
+    connection.close()
+    connection.ensure_connection()
+    assert "wait" in vars(connection.connection)
+    dbwait.stop_spinning()
+    assert "wait" not in vars(connection.connection)
+    sleeps.clear()
+    connection.cursor().execute("SELECT 1")
+    assert sleeps, "the statement waited in psycopg"
+    connection.close()
+    connection.ensure_connection()
+    assert "wait" not in vars(connection.connection)
+    connection.close()
+
+
+def test_runworker_stops_spinning_before_it_starts_its_threads(spinning_again, monkeypatch):
+    from django.core.management import call_command
+
+    from jobs.management.commands import runworker
+
+    order = []
+    monkeypatch.setattr(dbwait, "stop_spinning", lambda: order.append("stopped spinning"))
+    monkeypatch.setattr(runworker, "install_signal_handlers", lambda worker: None)
+    monkeypatch.setattr(runworker.Worker, "run", lambda self: order.append("ran") and False)
+    call_command("runworker", "--burst", "--no-scheduler")
+    assert order == ["stopped spinning", "ran"]
