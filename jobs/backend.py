@@ -26,6 +26,7 @@ on_dependency_failure="cancel" | "run", replace=("payload", "run_after"))`.
 import hashlib
 import json
 import uuid
+import weakref
 from dataclasses import dataclass
 from dataclasses import replace as replace_fields
 
@@ -53,7 +54,7 @@ STATUS_MAP = {
 }
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class HaulageTask(Task):
     max_attempts: int | None = None
     unique: bool = False
@@ -87,6 +88,13 @@ class HaulageBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = True
 
+    def __init__(self, alias, params):
+        super().__init__(alias, params)
+        # Tasks this backend has validated, by id(): a Task validates itself with its
+        # backend when it is made (and a changed TASKS setting makes new backends),
+        # so enqueue() checks again only a task it has not seen.
+        self._validated = weakref.WeakValueDictionary()
+
     def validate_task(self, task):
         """Checked at decoration time; never touches the database."""
         super().validate_task(task)
@@ -105,9 +113,11 @@ class HaulageBackend(BaseTaskBackend):
                 limits.parse_rate(task.rate_limit)
             except ValueError as exc:
                 raise InvalidTask(f"rate_limit: {exc}") from None
+        self._validated[id(task)] = task
 
     def enqueue(self, task, args, kwargs):
-        self.validate_task(task)
+        if self._validated.get(id(task)) is not task:
+            self.validate_task(task)
         arguments = _arguments(args, kwargs)
         options = dict(getattr(task, "job_options", ()))
         payload = {"task": task.module_path, "takes_context": task.takes_context, **arguments}

@@ -105,9 +105,13 @@ class _PreparingCursor(ServerBindingCursor):
             return super().execute(*args, **kwargs)
 
 
-def _execute(statement, params=()):
-    """Run one statement and return its rows (None for a statement that returns none)."""
-    db = connections[DEFAULT_DB_ALIAS]  # once: each read through the proxy costs a lookup
+def _execute(statement, params=(), db=None):
+    """Run one statement and return its rows (None for a statement that returns none).
+
+    `db`: the default connection, when the caller has it already (each read of
+    it through the proxy costs a lookup in asgiref's thread-local storage).
+    """
+    db = db or connections[DEFAULT_DB_ALIAS]
     kept = _kept_cursor(db)
     if kept is None:
         with _cursor() as cursor:
@@ -213,10 +217,12 @@ def insert_job(job, *, notify_channel):
     folds identical notifications of one transaction into one, so a transaction
     that enqueues many jobs still wakes each queue's workers once.
     """
-    if is_postgres():
-        [(job_id, _)] = _execute(_INSERT_NOTIFYING, [*_new_values(job), notify_channel])
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor == "postgresql":
+        [(job_id, _)] = _execute(_INSERT_NOTIFYING, [*_new_values(job, ops=db.ops), notify_channel],
+                                 db=db)
     else:
-        [(job_id,)] = _execute(_INSERT, _new_values(job))
+        [(job_id,)] = _execute(_INSERT, _new_values(job, ops=db.ops), db=db)
     return job_id
 
 
@@ -314,26 +320,35 @@ def insert_many(jobs):
     with _cursor() as cursor:
         if is_postgres():
             constants = tuple(NEW_ROW.values())
+            ops = connection.ops
             # Django wraps execute()'s errors, not COPY's: the same IntegrityError either way.
             with connection.wrap_database_errors, cursor.copy(
                     f"COPY jobs_job ({columns}, {', '.join(NEW_ROW)}) FROM STDIN") as copy:
                 for job in jobs:
-                    copy.write_row(_new_values(job, uuid.uuid4()) + constants)
+                    copy.write_row(_new_values(job, uuid.uuid4(), ops=ops) + constants)
         else:
             marks = ", ".join(["%s"] * (len(BULK_COLUMNS) + 1))
             cursor.executemany(
                 f"INSERT INTO jobs_job ({columns}, {', '.join(NEW_ROW)}) "
                 f"VALUES ({marks}, {', '.join(BULK_CONSTANTS.values())})",
-                [_new_values(job, uuid.uuid4()) for job in jobs],
+                [_new_values(job, uuid.uuid4(), ops=connection.ops) for job in jobs],
             )
 
 
-def _new_values(job, public_id=None):
-    """BULK_COLUMNS' values of a resolved job, then updated_at: what a new job's row holds."""
-    adapt = connection.ops.adapt_datetimefield_value
+def _new_values(job, public_id=None, *, ops):
+    """BULK_COLUMNS' values of a resolved job, then updated_at: what a new job's row holds.
+
+    `job` is a Job, whose owner_id is set (its `owner` descriptor costs a cache
+    lookup), or a namespace from services.resolve, which has only its owner.
+    """
+    adapt = ops.adapt_datetimefield_value
+    if isinstance(job, Job):
+        owner_id = job.owner_id
+    else:
+        owner_id = job.owner.pk if job.owner is not None else None
     return (
         (public_id or job.public_id).hex, job.kind, job.queue, job.payload_text, job.priority,
-        job.owner.pk if job.owner is not None else None, job.fingerprint,
+        owner_id, job.fingerprint,
         json.dumps(job.concurrency_keys) if job.concurrency_keys else "[]",  # most have none
         job.rate_key, job.blocked_key, job.on_dependency_failure, job.max_attempts,
         adapt(job.run_after), adapt(job.enqueued_at), adapt(job.enqueued_at),

@@ -180,6 +180,30 @@ def test_bulk_enqueue_writes_the_rows_enqueue_writes_one_by_one(user):
     assert len({job.public_id for job in Job.objects.all()}) == 2 * len(specs)
 
 
+def test_a_built_job_is_the_one_its_model_makes_and_init_signals_are_kept(user):
+    from django.db.models.signals import post_init
+
+    job = services.build_job("tests.echo", {"a": 1}, owner=user, priority=3)
+    columns = [f.attname for f in Job._meta.concrete_fields]
+    made = Job(**{name: getattr(job, name) for name in columns})
+    made.owner = user
+    assert {name: getattr(job, name) for name in columns} == {
+        name: getattr(made, name) for name in columns}
+    assert (job._state.adding, job._state.db) == (made._state.adding, made._state.db)
+    assert job._state.adding and job.owner == user and job.priority == 3
+
+    seen = []
+    post_init.connect(lambda sender, instance, **kw: seen.append(instance), sender=Job, weak=False,
+                      dispatch_uid="test-built-job")
+    try:
+        listened = services.build_job("tests.echo", {"a": 2})
+    finally:
+        post_init.disconnect(sender=Job, dispatch_uid="test-built-job")
+    assert seen == [listened]
+    services.enqueue("tests.echo", {"a": 3}, owner=user)
+    assert Job.objects.get(payload__a=3).owner == user
+
+
 def test_bulk_enqueue_of_thousands_writes_each_once():
     specs = [("tests.noop", {"i": i}, {}) for i in range(6000)]
     assert services.enqueue_many(specs) == 6000

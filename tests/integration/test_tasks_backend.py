@@ -247,3 +247,29 @@ def test_cancelled_maps_to_failed_with_a_reason():
     fetched = default_task_backend.get_result(result.id)
     assert fetched.status == TaskResultStatus.FAILED
     assert fetched.errors[-1].exception_class_path == "jobs.exceptions.JobCancelled"
+
+
+def test_a_task_is_validated_once_by_its_backend_not_at_every_enqueue(monkeypatch):
+    from django.tasks.backends.base import BaseTaskBackend
+
+    made = task(priority=7)(tasks.add.func)  # validated here, as Django's Task does
+    checks = []
+    real = BaseTaskBackend.validate_task
+    monkeypatch.setattr(BaseTaskBackend, "validate_task",
+                        lambda self, t: (checks.append(t), real(self, t)))
+    made.enqueue(1, 2)
+    made.enqueue(3, 4)
+    assert checks == []
+    other = made.using(priority=8)  # a new Task: validated when made, not again at enqueue
+    other.enqueue(5, 6)
+    assert checks == [other]
+    assert list(Job.objects.order_by("id").values_list("priority", flat=True)) == [7, 7, 8]
+
+
+def test_a_backend_made_anew_by_a_changed_tasks_setting_validates_the_task_again(settings):
+    made = task(queue_name="default")(tasks.add.func)
+    made.enqueue(1, 2)
+    settings.TASKS = {"default": {"BACKEND": "jobs.backend.HaulageBackend", "QUEUES": ["other"]}}
+    with pytest.raises(InvalidTask, match="Queue"):
+        made.enqueue(3, 4)
+    assert Job.objects.count() == 1
