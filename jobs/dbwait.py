@@ -33,7 +33,11 @@ from psycopg.waiting import READY_R, READY_W, WAIT_R, WAIT_RW, WAIT_W
 
 from jobs import conf
 
-_EVENTS = {WAIT_R: select.POLLIN, WAIT_W: select.POLLOUT, WAIT_RW: select.POLLIN | select.POLLOUT}
+# No poll() where gevent has patched select (its waits must go through its loop) or on
+# Windows: such a process waits as psycopg does.
+_CAN_POLL = hasattr(select, "poll")
+_EVENTS = {WAIT_R: select.POLLIN, WAIT_W: select.POLLOUT,
+           WAIT_RW: select.POLLIN | select.POLLOUT} if _CAN_POLL else {}
 
 MISSES_BEFORE_REST = 8  # operations in a row whose reply came after the spin...
 REST_OPERATIONS = 1000  # ...make the connection wait without spinning for this many
@@ -60,7 +64,7 @@ def stop_spinning():
 
 def install(conn, spin_us):
     """Make psycopg's connection `conn` spin for up to `spin_us` microseconds before each sleep."""
-    if spin_us <= 0:
+    if spin_us <= 0 or not _CAN_POLL:
         return
     spinner = _Spinner(spin_us / 1e6)
     class_wait = type(conn).wait
@@ -68,7 +72,7 @@ def install(conn, spin_us):
 
     def wait(gen, *args, **kwargs):
         conn = ref()
-        return class_wait(conn, spinner.answer(gen, conn.pgconn.socket), *args, **kwargs)
+        return class_wait(conn, spinner.wrap(gen, conn.pgconn.socket), *args, **kwargs)
 
     wait.spinner = spinner
     conn.wait = wait
@@ -82,13 +86,17 @@ class _Spinner:
         self.misses = 0  # operations in a row whose reply came after the spin
         self.resting = 0  # operations left that wait without spinning
 
-    def answer(self, gen, fileno):
-        """`gen` (one operation of psycopg's: a statement, a commit...), with every wait the
-        socket answers during a spin answered here; once one is not, the operation's
-        waits are psycopg's own."""
+    def wrap(self, gen, fileno):
+        """What psycopg's waiting is to run for `gen`, one operation of psycopg's (a
+        statement, a commit...): `gen` itself while the connection rests."""
         if self.resting:
             self.resting -= 1
-            return (yield from gen)
+            return gen
+        return self.answer(gen, fileno)
+
+    def answer(self, gen, fileno):
+        """`gen`, with every wait the socket answers during a spin answered here; once one
+        is not, the operation's waits are psycopg's own."""
         poller = select.poll()
         spinning = True
         try:
