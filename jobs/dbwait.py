@@ -12,9 +12,9 @@ That costs at most the spin's length of CPU per wait. A connection whose
 replies keep coming later than that (a server across a network) stops
 spinning for a while and tries again later, so it does not pay it for
 nothing. 0 turns spinning off. `runworker` turns it off for its own process:
-its threads, and often PostgreSQL itself, share the machine's cores, and a
-thread spinning there takes them from the others (two workers drained
-fewer jobs a second with it, docs/performance.md).
+its threads, and often PostgreSQL itself, share the machine's cores, a
+thread spinning there takes them from the others, and the workers' figures
+gained nothing from it (docs/performance.md).
 
 psycopg funnels every wait of a connection (statements, commits, pipelines,
 COPY) through `Connection.wait(generator)`; the generator yields what it waits
