@@ -317,10 +317,10 @@ def insert_many(jobs):
     json_to_recordset it replaced (docs/performance.md, seventh round).
     """
     columns = ", ".join(BULK_COLUMNS + ("updated_at",))
+    ops = connection.ops
     with _cursor() as cursor:
         if is_postgres():
             constants = tuple(NEW_ROW.values())
-            ops = connection.ops
             # Django wraps execute()'s errors, not COPY's: the same IntegrityError either way.
             with connection.wrap_database_errors, cursor.copy(
                     f"COPY jobs_job ({columns}, {', '.join(NEW_ROW)}) FROM STDIN") as copy:
@@ -331,24 +331,16 @@ def insert_many(jobs):
             cursor.executemany(
                 f"INSERT INTO jobs_job ({columns}, {', '.join(NEW_ROW)}) "
                 f"VALUES ({marks}, {', '.join(BULK_CONSTANTS.values())})",
-                [_new_values(job, uuid.uuid4(), ops=connection.ops) for job in jobs],
+                [_new_values(job, uuid.uuid4(), ops=ops) for job in jobs],
             )
 
 
 def _new_values(job, public_id=None, *, ops):
-    """BULK_COLUMNS' values of a resolved job, then updated_at: what a new job's row holds.
-
-    `job` is a Job, whose owner_id is set (its `owner` descriptor costs a cache
-    lookup), or a namespace from services.resolve, which has only its owner.
-    """
+    """BULK_COLUMNS' values of a resolved job, then updated_at: what a new job's row holds."""
     adapt = ops.adapt_datetimefield_value
-    if isinstance(job, Job):
-        owner_id = job.owner_id
-    else:
-        owner_id = job.owner.pk if job.owner is not None else None
     return (
         (public_id or job.public_id).hex, job.kind, job.queue, job.payload_text, job.priority,
-        owner_id, job.fingerprint,
+        job.owner_id, job.fingerprint,
         json.dumps(job.concurrency_keys) if job.concurrency_keys else "[]",  # most have none
         job.rate_key, job.blocked_key, job.on_dependency_failure, job.max_attempts,
         adapt(job.run_after), adapt(job.enqueued_at), adapt(job.enqueued_at),

@@ -75,7 +75,6 @@ def build_job(kind, payload=None, **options):
     initial_limits, initial_rates = spec.pop("initial_limits"), spec.pop("initial_rates")
     payload_text = spec.pop("payload_text")
     owner = spec.pop("owner")
-    spec["owner_id"] = owner.pk if owner is not None else None
     fields = dict(_NEW_JOB)
     for name, make in _MADE_PER_JOB:
         if name not in spec:
@@ -136,6 +135,7 @@ def resolve(kind, payload=None, *, priority=None, queue=None, owner=None, run_af
         payload_text=text,
         priority=priority,
         owner=owner,
+        owner_id=owner.pk if owner is not None else None,
         unique_key=unique_key or None,
         fingerprint=fingerprint or "",
         concurrency_keys=sorted(set(concurrency_keys)),

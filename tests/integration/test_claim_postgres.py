@@ -5,24 +5,17 @@ import threading
 import time
 import uuid
 
-import psycopg
 import pytest
 from django.db import NotSupportedError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from jobs import claiming, queries, services
 from jobs.models import Job, JobStatus, Worker
+from tests.connections import other_connection
 from tests.plans import prepared_plan
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def other_connection():
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return psycopg.connect(**params)
 
 
 def test_a_row_locked_by_another_connection_is_skipped():

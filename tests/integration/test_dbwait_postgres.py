@@ -6,7 +6,6 @@ import gc
 import threading
 import weakref
 
-import psycopg
 import pytest
 from django.db import OperationalError, connection, transaction
 from django.test import override_settings
@@ -14,17 +13,11 @@ from psycopg import generators, waiting
 
 from jobs import dbwait, queries, services
 from jobs.models import Job
+from tests.connections import other_connection
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 LONG_SPIN_US = 500_000  # any reply on loopback comes sooner
-
-
-def raw_connection():
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return psycopg.connect(**params, autocommit=True)
 
 
 @pytest.fixture
@@ -47,7 +40,7 @@ def sleeps(monkeypatch):
 
 
 def test_a_reply_within_the_spin_never_reaches_psycopgs_sleep(sleeps):
-    with raw_connection() as conn:
+    with other_connection(autocommit=True) as conn:
         conn.execute("SELECT 1")
         assert sleeps, "without the spin, a statement waits in psycopg"
         dbwait.install(conn, LONG_SPIN_US)
@@ -58,7 +51,7 @@ def test_a_reply_within_the_spin_never_reaches_psycopgs_sleep(sleeps):
 
 
 def test_a_wait_the_spin_cannot_answer_is_handed_on_and_ends_the_same():
-    with raw_connection() as conn:
+    with other_connection(autocommit=True) as conn:
         fileno = conn.pgconn.socket
         conn.pgconn.send_query(b"SELECT 'spun'")
         conn.pgconn.flush()
@@ -75,7 +68,7 @@ def test_a_wait_the_spin_cannot_answer_is_handed_on_and_ends_the_same():
 
 
 def test_a_run_of_late_replies_rests_the_spin_and_a_timely_one_ends_the_run():
-    with raw_connection() as conn:
+    with other_connection(autocommit=True) as conn:
         dbwait.install(conn, 200)
         spinner = conn.wait.spinner
         for _ in range(dbwait.MISSES_BEFORE_REST - 1):
@@ -127,7 +120,7 @@ def test_a_connection_killed_during_a_wait_is_an_error_not_a_hang():
     connection.close()
     connection.ensure_connection()
     pid = connection.connection.info.backend_pid
-    with raw_connection() as killer:
+    with other_connection(autocommit=True) as killer:
         kill = threading.Timer(0.3, killer.execute, ["SELECT pg_terminate_backend(%s)", [pid]])
         kill.start()
         try:
@@ -139,7 +132,7 @@ def test_a_connection_killed_during_a_wait_is_an_error_not_a_hang():
 
 
 def test_the_spin_keeps_no_connection_alive():
-    conn = raw_connection()
+    conn = other_connection(autocommit=True)
     dbwait.install(conn, 200)
     conn.execute("SELECT 1")
     conn.close()

@@ -8,11 +8,12 @@ from types import SimpleNamespace
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
-from django.db import connection, models
+from django.db import models
 from django.utils import timezone
 
 from jobs import conf, prune, services
 from jobs.models import Job, JobEvent, JobStatus, Outcome
+from tests.connections import other_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -129,12 +130,7 @@ def test_a_row_someone_holds_is_skipped_not_waited_for():
     locked, release = threading.Event(), threading.Event()
 
     def hold():
-        import psycopg
-
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        with psycopg.connect(**params) as other:  # a retry in progress, say
+        with other_connection() as other:  # a retry in progress, say
             other.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR UPDATE", [held])
             locked.set()
             release.wait(10)
