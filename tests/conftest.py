@@ -148,6 +148,16 @@ def _fresh_queue_settings():
     claiming._plain_paused_until.clear()
 
 
+@pytest.fixture(autouse=True)
+def _spinning_as_at_start():
+    """`runworker` stops spinning for its whole process (jobs/dbwait.py): a test that runs it in
+    this process must not leave the rest of this process's tests without the spin."""
+    yield
+    from jobs import dbwait
+
+    dbwait._spinning = True
+
+
 # --- Loopback HTTP origins for downloads --------------------------------------
 @pytest.fixture
 def origin():

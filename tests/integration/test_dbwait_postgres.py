@@ -142,14 +142,7 @@ def test_the_spin_keeps_no_connection_alive():
     assert ref() is None
 
 
-@pytest.fixture
-def spinning_again():
-    yield
-    dbwait._spinning = True
-
-
-def test_a_process_that_stops_spinning_waits_in_psycopg_on_open_and_new_connections(
-        spinning_again, sleeps):
+def test_a_process_that_stops_spinning_waits_in_psycopg_on_open_and_new_connections(sleeps):
     connection.close()
     connection.ensure_connection()
     assert "wait" in vars(connection.connection)
@@ -164,7 +157,7 @@ def test_a_process_that_stops_spinning_waits_in_psycopg_on_open_and_new_connecti
     connection.close()
 
 
-def test_runworker_stops_spinning_before_it_starts_its_threads(spinning_again, monkeypatch):
+def test_runworker_stops_spinning_before_it_starts_its_threads(monkeypatch):
     from django.core.management import call_command
 
     from jobs.management.commands import runworker
