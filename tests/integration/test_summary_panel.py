@@ -141,11 +141,11 @@ def test_the_panel_looks_again_soon_when_the_text_is_a_moment_away(alice_client,
 
     Job.objects.filter(pk=first.job_id).delete()  # now next in line, nothing holding it
     insight = Insight.objects.get(owner=user, kind=SUMMARY, subject=str(ready.asset_id))
-    assert trigger(poll(alice_client, insight)) == "load delay:250ms"
+    assert trigger(poll(alice_client, insight)) == "load delay:250ms, every 1s"
 
     Job.objects.filter(pk=insight.job_id).update(status=JobStatus.RUNNING, attempts=1,
                                                  started_at=timezone.now())
-    assert trigger(poll(alice_client, insight)) == "load delay:250ms"  # the local generator
+    assert trigger(poll(alice_client, insight)) == "load delay:250ms, every 1s"  # the local generator
     settings.INSIGHTS_GATEWAY_URL = "http://gateway.invalid/v1"
     assert trigger(poll(alice_client, insight)) == "every 1s"  # a gateway takes its time
 
