@@ -27,6 +27,7 @@ cannot pass by running nothing.
 """
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -186,7 +187,18 @@ def failures(var_dir, database):
                     message = (bad.get("message") or "").splitlines()[:1]
                     found.append(f"{case.get('classname')}::{case.get('name')}"
                                  f" ({bad.tag}){': ' + message[0][:200] if message else ''}")
+                    found.extend(f"  {line[:200]}" for line in complaints(case))
     return found
+
+
+COMPLAINT = re.compile(r"\b(ERROR|CRITICAL|WARNING|Traceback)\b")
+
+
+def complaints(case, most=4):
+    """The last lines a failed test's processes logged as errors or warnings (its workers' logs
+    are in its captured output): often the why of a failure a browser only saw time out."""
+    output = "\n".join(part.text or "" for part in case if part.tag in ("system-out", "system-err"))
+    return [line for line in output.splitlines() if COMPLAINT.search(line)][-most:]
 
 
 def choose(everything, wanted, paths):
