@@ -300,11 +300,12 @@ BULK_TYPES = {
 
 # One new job's INSERT (insert_job), its text made once.
 _INSERT_INTO = f"INSERT INTO jobs_job ({', '.join(BULK_COLUMNS + tuple(BULK_CONSTANTS))}, updated_at)"
+# Its NOTIFY in RETURNING, not in a SELECT over a CTE of the INSERT: the same
+# notification, without a second plan node to feed.
 _INSERT_NOTIFYING = (
-    f"WITH new AS ({_INSERT_INTO} VALUES ("
+    f"{_INSERT_INTO} VALUES ("
     f"{', '.join(f'%s::{BULK_TYPES[name]}' for name in BULK_COLUMNS)}, "
-    f"{', '.join(BULK_CONSTANTS.values())}, %s) RETURNING id, queue) "
-    "SELECT id, pg_notify(%s, queue) FROM new")
+    f"{', '.join(BULK_CONSTANTS.values())}, %s) RETURNING id, pg_notify(%s, queue)")
 _INSERT = (f"{_INSERT_INTO} VALUES ({', '.join(['%s'] * len(BULK_COLUMNS))}, "
            f"{', '.join(BULK_CONSTANTS.values())}, %s) RETURNING id")
 
