@@ -273,3 +273,38 @@ def test_a_backend_made_anew_by_a_changed_tasks_setting_validates_the_task_again
     with pytest.raises(InvalidTask, match="Queue"):
         made.enqueue(3, 4)
     assert Job.objects.count() == 1
+
+
+def test_arguments_are_stored_and_returned_as_djangos_normalize_json_makes_them(run_worker):
+    """Plain values skip the normalising walk; anything else still takes it."""
+    from django.utils.json import normalize_json
+
+    calls = [
+        ((1, "two", 3.5, True, None), {"key": "value", "none": None}),
+        (((1, 2), b"bytes", [("nested", b"x")]), {"mapping": {"a": (1,)}, "number": 7}),
+    ]
+    for args, kwargs in calls:
+        result = tasks.add.enqueue(*args, **kwargs)
+        stored = Job.objects.get(public_id=result.id).payload
+        expected = normalize_json({"args": list(args), "kwargs": kwargs})
+        assert {"args": stored["args"], "kwargs": stored["kwargs"]} == expected
+        assert (result.args, result.kwargs) == (expected["args"], expected["kwargs"])
+        fetched = tasks.add.get_result(result.id)
+        assert (fetched.args, fetched.kwargs) == (expected["args"], expected["kwargs"])
+
+
+def test_a_task_result_is_the_one_djangos_own_constructor_makes():
+    """Its args and kwargs are not walked again (they come from the payload, JSON already),
+    and nothing else differs: a field Django adds would show here."""
+    from django.tasks import TaskResult
+
+    from jobs.backend import to_task_result
+
+    result = tasks.add.enqueue(["x"], b={"c": 1})
+    job = Job.objects.get(public_id=result.id)
+    made = TaskResult(task=tasks.add, id=str(job.public_id), status=TaskResultStatus.READY,
+                      enqueued_at=job.enqueued_at, started_at=None, finished_at=None,
+                      last_attempted_at=None, args=[["x"]], kwargs={"b": {"c": 1}},
+                      backend="default", errors=[], worker_ids=[])
+    assert to_task_result(job, task=tasks.add) == made
+    assert type(result) is TaskResult and result == made
