@@ -38,6 +38,35 @@ def test_failures_are_read_back_from_both_phases_reports(tmp_path):
         "postgres-serial.xml: unreadable report"]
 
 
+def test_a_failed_tests_logged_errors_follow_it_and_a_passing_tests_do_not(tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    worker_log = "\n".join([
+        "--- runworker 0 (pid 7) ---",
+        "2026-12-04 22:21:06,047 INFO jobs.history: job 1 succeeded -> SUCCESSFUL",
+        "2026-12-04 22:21:07,100 WARNING jobs.history: job 2 (downloads.segment, attempt 1/3)"
+        " failed -> READY: lease expired",
+        "Traceback (most recent call last):",
+        "2026-12-04 22:21:09,300 ERROR jobs.history: job 2 (downloads.segment, attempt 3/3)"
+        " failed -> FAILED: lease expired",
+    ])
+    (reports / "postgres-parallel.xml").write_text(
+        '<testsuites><testsuite>'
+        '<testcase classname="tests.e2e.a" name="test_ok"><system-out>ERROR in a passing test'
+        '</system-out></testcase>'
+        '<testcase classname="tests.e2e.a" name="test_slow"><failure message="Timeout">trace'
+        f'</failure><system-out>{worker_log}</system-out></testcase>'
+        '</testsuite></testsuites>')
+    assert runner.failures(tmp_path, runner.Database("postgres", "", [], "", 0)) == [
+        "tests.e2e.a::test_slow (failure): Timeout",
+        "  2026-12-04 22:21:07,100 WARNING jobs.history: job 2 (downloads.segment, attempt 1/3)"
+        " failed -> READY: lease expired",
+        "  Traceback (most recent call last):",
+        "  2026-12-04 22:21:09,300 ERROR jobs.history: job 2 (downloads.segment, attempt 3/3)"
+        " failed -> FAILED: lease expired",
+    ]
+
+
 def test_the_pgbouncer_pass_reruns_its_own_files_and_only_those():
     everything = [runner.Database("postgres", "", [], "", 0),
                   runner.Database("pgbouncer", "", [], "", 16, extra=True),
