@@ -149,13 +149,12 @@ def _fresh_queue_settings():
 
 
 @pytest.fixture(autouse=True)
-def _spinning_as_at_start():
+def _spinning_as_at_start(monkeypatch):
     """`runworker` stops spinning for its whole process (jobs/dbwait.py): a test that runs it in
     this process must not leave the rest of this process's tests without the spin."""
-    yield
     from jobs import dbwait
 
-    dbwait._spinning = True
+    monkeypatch.setattr(dbwait, "_spinning", dbwait._spinning)  # put back when the test ends
 
 
 # --- Loopback HTTP origins for downloads --------------------------------------

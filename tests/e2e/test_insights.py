@@ -17,26 +17,15 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def start_worker(fast_engine, settings):
+def worker(fast_engine, settings):
     settings.INSIGHTS_GATEWAY_URL = ""  # the local generator
     jobs.set_queue(conf.QUEUE, concurrency=1, gap_seconds=0)
-    started = []
-
-    def start():
-        running = Worker(queues=[conf.QUEUE], concurrency=1)
-        started.append((running, threading.Thread(target=running.run, daemon=True)))
-        started[-1][1].start()
-        return running
-
-    yield start
-    for running, thread in started:
-        running.request_stop()
-        thread.join(15)
-
-
-@pytest.fixture
-def worker(start_worker):
-    return start_worker()
+    running = Worker(queues=[conf.QUEUE], concurrency=1)
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    yield running
+    running.request_stop()
+    thread.join(15)
 
 
 def test_the_library_panel_is_requested_generated_and_shown(live_server, page, django_user_model,
