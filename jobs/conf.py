@@ -94,27 +94,24 @@ OTHER_DEFAULTS = {
 }
 
 
-_cache = {}
-
-
 def __getattr__(name):
-    try:
-        return _cache[name]
-    except KeyError:
-        pass
     if name in DEFAULTS:
         value = number(name)
     elif name in OTHER_DEFAULTS:
         value = getattr(settings, name, OTHER_DEFAULTS[name])
     else:
         raise AttributeError(name)
-    _cache[name] = value
+    # Kept as an attribute of this module: a later read is a plain attribute read,
+    # not a call of this function (half a microsecond, three times in each enqueue:
+    # docs/performance.md, twelfth round).
+    globals()[name] = value
     return value
 
 
 @receiver(setting_changed)
 def _forget(**kwargs):
-    _cache.clear()
+    for name in (*DEFAULTS, *OTHER_DEFAULTS):
+        globals().pop(name, None)
 
 
 def number(name):
