@@ -46,11 +46,11 @@ def test_a_setting_that_is_not_a_number_is_refused_at_each_read_until_mended(set
     settings.JOBS_LEASE_SECONDS = "soon"
     for _ in range(2):  # not kept: the next read says so again
         with pytest.raises(ImproperlyConfigured, match="JOBS_LEASE_SECONDS must be a number"):
-            conf.JOBS_LEASE_SECONDS
+            _ = conf.JOBS_LEASE_SECONDS
     settings.JOBS_LEASE_SECONDS = 45
     assert conf.JOBS_LEASE_SECONDS == 45.0
 
 
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError):
-        conf.JOBS_NO_SUCH_KNOB
+        _ = conf.JOBS_NO_SUCH_KNOB
