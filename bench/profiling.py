@@ -176,10 +176,11 @@ class ThreadCPU:
 
 def profile_worker(jobs, top):
     """One in-process Worker in burst mode; py-spy samples every thread (cProfile sees one)."""
-    from jobs import services
+    from jobs import dbwait, services
     from jobs.backend import KIND
     from jobs.worker import Worker
 
+    dbwait.stop_spinning()  # as runworker does: its threads share the cores
     path = "bench.handlers.noop_task"
     services.enqueue_many([(KIND, {"task": path, "takes_context": False, "args": [],
                                    "kwargs": {}}, {})] * jobs)
