@@ -519,6 +519,10 @@ class CVWorker:
         # Jobs that had just finished get a moment to record it (one file, one MULTI).
         self._wait(lambda: all(ctx.outcome != "finished" for ctx in list(self._running.values())), 5)
         self._beat_stop.set()
+        if self._heartbeat is not None:
+            # A beat under way would write the heartbeat again after its deletion,
+            # announcing a worker that is gone for the heartbeat's lifetime.
+            self._heartbeat.join(clients.SOCKET_TIMEOUT_S + 1)
         try:
             self.transport.drop_heartbeat(self.worker_id)
         except RedisError as exc:

@@ -294,6 +294,34 @@ def test_live_workers_and_queue_lengths(channel, workers, redis_url, media):
     assert channel.queue_lengths(["noop", "fail"]) == {"noop": 3, "fail": 0}
 
 
+def test_a_beat_under_way_as_a_worker_stops_does_not_outlive_it(channel, workers, redis_url, media,
+                                                                  tmp_path):
+    """A stopped worker leaves no heartbeat behind, even when a beat was being written as it
+    stopped: that beat would otherwise announce for a heartbeat's lifetime a worker that is
+    gone, holding a job it handed back."""
+    ledger = tmp_path / "ledger"
+    worker = workers(types=["sleep_for"], url=redis_url, config=channel.config)
+    channel.publish("sleep_for", "long", 1, {"seconds": 60, "ledger": str(ledger), "cooperative": False})
+    wait_for(lambda: len(ledger_lines(ledger, "start")) == 1)
+
+    slow_beats = []
+    real_beat = worker.transport.beat
+
+    def beat(*args, **kwargs):
+        if worker.stopping:  # one under way through the shutdown's grace, and past its end
+            slow_beats.append(time.monotonic())
+            time.sleep(1.5)
+        return real_beat(*args, **kwargs)
+
+    worker.transport.beat = beat
+    worker.request_stop()
+    assert worker.exited.wait(15)
+    assert slow_beats, "no beat was under way as the worker stopped"
+    assert not channel.client.exists(channel.worker_key(worker.worker_id))
+    assert channel.live_workers() == []
+    assert channel.queue_lengths(["sleep_for"]) == {"sleep_for": 1}  # handed back
+
+
 @pytest.mark.serial  # its CV worker's heartbeat thread must not outlive the test on a busy machine
 def test_the_reaper_returns_only_dead_workers_jobs_to_the_head_of_the_queue(channel):
     for n in range(4):
