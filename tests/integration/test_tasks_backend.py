@@ -275,7 +275,7 @@ def test_a_backend_made_anew_by_a_changed_tasks_setting_validates_the_task_again
     assert Job.objects.count() == 1
 
 
-def test_arguments_are_stored_and_returned_as_djangos_normalize_json_makes_them(run_worker):
+def test_arguments_are_stored_and_returned_as_djangos_normalize_json_makes_them():
     """Plain values skip the normalising walk; anything else still takes it."""
     from django.utils.json import normalize_json
 
