@@ -57,9 +57,11 @@ _plain_paused_until = {}  # {the queues of the one-statement claim: time.monoton
 
 class Claimed(list):
     """The jobs a claim took; `rate_opens_in_s`: seconds until the earliest rate window this
-    claim parked jobs behind opens (None when it parked none), so its worker knows when to look."""
+    claim parked jobs behind opens (None when it parked none), and `rest_ends_in_s`: until the
+    earliest rest of a queue it found resting ends, so its worker knows when to look again."""
 
     rate_opens_in_s = None
+    rest_ends_in_s = None
 
 
 def claim(worker, *, queues, kinds, limit, slots=None):
@@ -100,6 +102,7 @@ def claim(worker, *, queues, kinds, limit, slots=None):
         checked = _claim_checked(worker, caps, settings, kinds, limit - len(jobs))
         jobs.extend(checked)
         jobs.rate_opens_in_s = checked.rate_opens_in_s
+        jobs.rest_ends_in_s = checked.rest_ends_in_s
     # The attempt's run time (the rollup, the TaskResult) is measured on this
     # process's clock, from here: a database clock apart from it would skew it.
     now = timezone.now()
@@ -130,6 +133,8 @@ def _claim_checked(worker, caps, settings, kinds, limit):
             want = allowances[queue](cap) if queue in allowances else cap
             if want > 0:
                 plan[queue] = want
+        rests = [a.rest_ends_in_s for a in allowances.values() if a.rest_ends_in_s is not None]
+        chosen.rest_ends_in_s = min(rests, default=None)
         if not plan:
             return chosen
         first = read_first()
@@ -150,6 +155,7 @@ def _claim_checked(worker, caps, settings, kinds, limit):
         for queue in started:
             limits.rest(queue)  # a queue with a gap rests from each start
     jobs.rate_opens_in_s = chosen.rate_opens_in_s
+    jobs.rest_ends_in_s = chosen.rest_ends_in_s
     return jobs
 
 

@@ -464,9 +464,13 @@ class Allowance:
     Asked in two statements, which a claim sends with its others in one round
     trip (queries.together): the queue's row locked, then its RUNNING jobs
     counted. The count runs after the lock is ours, so a claimer that waited
-    for it counts the claims it waited for. A resting queue starts none; one
-    with a gap starts one at a time (the start begins the next rest).
+    for it counts the claims it waited for. A resting queue starts none, and
+    `rest_ends_in_s` then says when it may (so its worker looks again at that
+    moment, not at its next poll); one with a gap starts one at a time (the
+    start begins the next rest).
     """
+
+    rest_ends_in_s = None
 
     def __init__(self, name):
         self.name = name
@@ -477,13 +481,14 @@ class Allowance:
         rows = self._row.rows()
         if not rows:  # the row was deleted since its settings were read: no limit now
             return want
-        paused, concurrency, gap_seconds, resting = rows[0]
+        paused, concurrency, gap_seconds, rest_left_s = rows[0]
         row = _sane(Queue(name=self.name, paused=paused, concurrency=concurrency,
                           gap_seconds=gap_seconds))
         if row.paused:
             return 0
         if row.gap_seconds:
-            if resting:
+            if rest_left_s is not None and rest_left_s > 0:
+                self.rest_ends_in_s = float(rest_left_s)
                 return 0
             want = 1
         if row.concurrency is not None:

@@ -394,15 +394,19 @@ def first_candidates(queues, kinds, count):
 
 
 def lock_queue(name):
-    """Lock a queue's row; Pending (paused, concurrency, gap_seconds, resting now?) or no row.
+    """Lock a queue's row; Pending (paused, concurrency, gap_seconds, seconds its rest has
+    left or None) or no row.
 
-    The database's clock says whether it rests, as it does for leases:
+    The database's clock says how long it rests, as it does for leases:
     workers' clocks may differ.
     """
-    lock = " FOR UPDATE" if is_postgres() else ""
-    return Pending("SELECT paused, concurrency, gap_seconds, "
-                   f"COALESCE(rests_until > {now(come=True)}, FALSE) FROM jobs_queue WHERE name = %s{lock}",
-                   [name])
+    if is_postgres():
+        rest_left = "EXTRACT(EPOCH FROM rests_until - STATEMENT_TIMESTAMP())::float8"
+        lock = " FOR UPDATE"
+    else:
+        rest_left, lock = "(julianday(rests_until) - julianday('now')) * 86400.0", ""
+    return Pending(f"SELECT paused, concurrency, gap_seconds, {rest_left} FROM jobs_queue "
+                   f"WHERE name = %s{lock}", [name])
 
 
 def count_running(queue):

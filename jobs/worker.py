@@ -91,6 +91,9 @@ class Worker:
         # When (time.monotonic()) the earliest known rate window opens: this
         # worker then unparks the jobs waiting for it (jobs/limits.py).
         self.rates_due = float("inf")
+        # When a queue this worker found resting (its gap) may start a job again: it claims
+        # then, not at its next poll.
+        self.rest_due = float("inf")
         self.quiet = False
         self.monitor = None  # watches redis-mode jobs, started with the first one
         self.tasks = queue_module.SimpleQueue()  # (entry, target) for executor threads
@@ -151,10 +154,13 @@ class Worker:
                 break
             if claimed and self.free_slots() > 0:
                 continue  # a full batch may mean more is waiting
-            self.wake.wait(max(0.0, min(conf.JOBS_POLL_SECONDS, self.rates_due - time.monotonic())))
+            due = min(self.rates_due, self.rest_due) - time.monotonic()
+            self.wake.wait(max(0.0, min(conf.JOBS_POLL_SECONDS, due)))
             self.wake.clear()
 
     def claim_some(self):
+        # This claim finds out again; a full worker skips it, and a freed slot wakes it.
+        self.rest_due = float("inf")
         if time.monotonic() >= self.rates_due:
             try:
                 self.open_rates()
@@ -195,6 +201,9 @@ class Worker:
             self.cv_monitor().adopt(cv_jobs)
         self.claimed_total += len(jobs)
         self.expect_rate_opening(jobs.rate_opens_in_s)
+        if jobs.rest_ends_in_s is not None:
+            # A hair later, so the database's clock has passed the rest's end too.
+            self.rest_due = time.monotonic() + jobs.rest_ends_in_s + 0.005
         return jobs
 
     def free_slots(self):

@@ -36,3 +36,37 @@ def test_the_next_job_starts_a_gap_after_the_last_one_ended_whichever_worker_tak
         assert rest_s >= GAP_S - CLOCK_SLACK_S, (
             f"job {after.pk} started {rest_s:.3f} s after job {before.pk} ended; the gap is {GAP_S} s")
     assert len({row.worker_ids[-1] for row in rows}) == 2
+
+
+POLL_S = 30.0  # far longer than the gap: a start that waited for a poll is plain to see
+ON_TIME_S = 0.5  # the claim itself, the completion's commit, a busy machine
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [
+    "queued behind",
+    # Another process's enqueue reaches an idle worker by NOTIFY; SQLite has only the poll.
+    pytest.param("asked after the end", marks=pytest.mark.postgres),
+])
+def test_the_next_job_starts_when_the_rest_ends_not_at_the_next_poll(spawn_worker, how):
+    """The claim that finds the queue resting tells its worker when the rest ends.
+
+    "queued behind": the next job waits in the queue while the first one runs;
+    "asked after the end": it is enqueued during the rest (the wake-up the enqueue
+    sends finds the queue resting). Either way it starts at the rest's end.
+    """
+    services.set_queue("gapped", concurrency=1, gap_seconds=GAP_S)
+    first = services.enqueue("tests.gapped", {"seconds": 0.2})
+    second = services.enqueue("tests.gapped", {"seconds": 0}) if how == "queued behind" else None
+    spawn_worker("--queues", "gapped", "--concurrency", "1", env={"JOBS_POLL_SECONDS": str(POLL_S)})
+    wait_for(lambda: Job.objects.get(pk=first.pk).status == JobStatus.SUCCESSFUL, timeout=30)
+    if second is None:
+        second = services.enqueue("tests.gapped", {"seconds": 0})
+    wait_for(lambda: Job.objects.get(pk=second.pk).status == JobStatus.SUCCESSFUL, timeout=POLL_S / 2)
+
+    first.refresh_from_db()
+    second.refresh_from_db()
+    rest_s = (second.started_at - first.finished_at).total_seconds()
+    assert GAP_S - CLOCK_SLACK_S <= rest_s < GAP_S + ON_TIME_S, (
+        f"the second job started {rest_s:.3f} s after the first ended; the gap is {GAP_S} s "
+        f"and the worker polls every {POLL_S} s")
