@@ -1,14 +1,7 @@
 from django.contrib import admin
 
 from core.models import ApiToken
-
-
-class FitsALaptop:
-    """For Haulage's own lists: long names wrap instead of widening the table beyond a laptop's
-    screen (static/css/admin-lists.css)."""
-
-    class Media:
-        css = {"all": ["css/admin-lists.css"]}
+from jobs.admin_lists import FitsALaptop
 
 
 @admin.register(ApiToken)

@@ -6,11 +6,11 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from core.admin import FitsALaptop
 from downloads import progress, services
 from downloads.models import Download, DownloadQuota, DownloadStatus, MediaAsset
 from downloads.templatetags.downloads_tags import seconds
 from jobs.admin import register_job_link, register_progress_words
+from jobs.admin_lists import FitsALaptop
 from jobs.exceptions import IllegalTransition
 
 # A download's progress message carries its figures as JSON (downloads/progress.py).

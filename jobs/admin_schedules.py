@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from django_q.admin import ScheduleAdmin as DjangoQScheduleAdmin
 from django_q.models import Schedule
 
-from core.admin import FitsALaptop
+from jobs.admin_lists import FitsALaptop
 
 
 def repeats_words(repeats):

@@ -42,7 +42,10 @@ def _render(model_admin, request, template, context):
         "partial": partial,
         **context,
     }
-    return TemplateResponse(request, partial if request.htmx else f"admin/jobs/{template}", context)
+    # The header itself, not django-htmx's middleware: a project installing the engine need
+    # not add that middleware for the admin's live pages.
+    refresh = request.headers.get("HX-Request") == "true"
+    return TemplateResponse(request, partial if refresh else f"admin/jobs/{template}", context)
 
 
 # --- Up next -------------------------------------------------------------------------

@@ -79,3 +79,15 @@ def check_pooler(app_configs=None, **kwargs):
             "so psycopg never prepares a statement on a server connection it does not keep.",
             id="jobs.W004"))
     return found
+
+
+@checks.register()
+def check_admin_needs(app_configs=None, **kwargs):
+    """The engine's admin pages load htmx through django-htmx's template tag."""
+    from django.apps import apps
+
+    if not apps.is_installed("django.contrib.admin") or apps.is_installed("django_htmx"):
+        return []
+    return [checks.Error(
+        "The jobs admin pages need django-htmx: add \"django_htmx\" to INSTALLED_APPS.",
+        id="jobs.E006")]

@@ -2,7 +2,9 @@
 
 tests/integration/test_standalone.py migrates it, queues its two tasks and
 runs them with `runworker --burst`: the engine needs no site app, no
-django-q2 and no setting of its own (every knob has a default).
+django-q2 and no setting of its own (every knob has a default). With
+STANDALONE_DJANGO_Q=1 it installs django-q2 too, as a project that wants
+schedules would; urls.py beside this file serves the admin.
 """
 
 import os
@@ -20,8 +22,13 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django_htmx",  # the engine's admin pages load htmx with its template tag
     "jobs",
 ]
+if os.environ.get("STANDALONE_DJANGO_Q") == "1":
+    INSTALLED_APPS.append("django_q")
+    Q_CLUSTER = {"name": "standalone", "orm": "default"}
+ROOT_URLCONF = "tests.standalone.urls"
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
