@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from downloads import cv  # noqa: E402 (the path above makes the project importable)
+from downloads.ffmpeg import locate  # noqa: E402
 
 WIDTH_PX, HEIGHT_PX, FPS = 854, 480, 30
 SHOT_S, SHOTS = 20, 30
@@ -47,7 +48,7 @@ def generate(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial.mp4")
     subprocess.run(
-        ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *inputs,
+        [locate().ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *inputs,
          "-filter_complex", graph, "-map", "[v]", "-c:v", "libx264", "-preset", "ultrafast",
          "-pix_fmt", "yuv420p", str(partial)],
         check=True,

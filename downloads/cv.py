@@ -30,6 +30,9 @@ import numpy as np
 from django.utils.translation import gettext_lazy as _
 from scenedetect import AdaptiveDetector, SceneManager, VideoOpenFailure, VideoStreamCv2
 
+from downloads import ffmpeg
+from downloads.errors import NotMedia
+
 
 def gettext_noop(message):
     """Mark `message` for translation where it is displayed (Django's needs settings to import)."""
@@ -73,19 +76,9 @@ JPEG_QUALITY = 85
 REPORT_INTERVAL_S = 0.5
 STOP_POLL_INTERVAL_S = 0.2
 
-# ffmpeg demuxer for each container we accept, recognised by its first bytes. Naming the
-# demuxer keeps ffmpeg from probing: a text playlist saved as "video.mp4" would otherwise be
-# read as HLS and could pull in other local files.
-CONTAINER_MAGIC = (
-    (4, b"ftyp", "mov"),  # MP4, MOV, 3GP, M4V
-    (4, b"moov", "mov"),
-    (4, b"mdat", "mov"),
-    (4, b"free", "mov"),
-    (4, b"wide", "mov"),
-    (0, b"\x1a\x45\xdf\xa3", "matroska"),  # MKV, WebM
-    (0, b"FLV", "flv"),
-)
-SNIFF_BYTES = 12
+# What videos are read from, as `ffmpeg.sniff()` names containers: those whose index lets ffmpeg
+# seek to a thumbnail's frame. MPEG-TS has none, and a seek in it can find no frame at all.
+VIDEO_CONTAINERS = {"mp4", "matroska", "flv"}
 
 
 class CVError(Exception):
@@ -161,7 +154,7 @@ def segment(video_path, *, out_dir, report=None, should_stop=None,
     """
     pacer = _Pacer(report, should_stop)
     pacer.check()
-    demuxer = _sniff_demuxer(video_path)
+    container = _sniff(video_path)
     out_dir = Path(out_dir)
     video = _open_stream(video_path)
     try:
@@ -183,7 +176,7 @@ def segment(video_path, *, out_dir, report=None, should_stop=None,
         }
         for index, (start, end) in enumerate(scenes)
     ]
-    _make_thumbnails(video_path, demuxer, shots, out_dir, pacer)
+    _make_thumbnails(video_path, container, shots, out_dir, pacer)
     pacer.progress(1.0, Phase.DONE, gettext_noop("Shots found"), force=True)
     return {
         "kind": "segment",
@@ -219,7 +212,7 @@ def analyze(video_path, *, start_s, end_s, out_dir, report=None, should_stop=Non
     pacer.check()
     if not (math.isfinite(start_s) and math.isfinite(end_s) and 0 <= start_s < end_s):
         raise InvalidClip(f"start_s={start_s!r} end_s={end_s!r}")
-    _sniff_demuxer(video_path)
+    _sniff(video_path)
     capture = cv2.VideoCapture(os.fspath(video_path), cv2.CAP_FFMPEG)
     try:
         return _measure_clip(capture, video_path, start_s, end_s, Path(out_dir), pacer)
@@ -289,7 +282,7 @@ def _detect(video, pacer, *, downscale_to):
     return manager.get_scene_list(start_in_scene=True)
 
 
-def _make_thumbnails(video_path, demuxer, shots, out_dir, pacer):
+def _make_thumbnails(video_path, container, shots, out_dir, pacer):
     """One JPEG per shot, from its middle, in batches of THUMBNAILS_PER_FFMPEG per ffmpeg."""
     (out_dir / THUMBNAIL_DIR).mkdir(parents=True, exist_ok=True)
     message = gettext_noop("Making thumbnails")
@@ -300,7 +293,7 @@ def _make_thumbnails(video_path, demuxer, shots, out_dir, pacer):
                  for shot in batch]
         for _time_s, path in grabs:
             path.unlink(missing_ok=True)  # a retry must not pass on an earlier attempt's file
-        _run_ffmpeg(thumbnail_argv(video_path, demuxer, grabs), pacer)
+        _run_ffmpeg(thumbnail_argv(video_path, container, grabs), pacer)
         for _time_s, path in grabs:
             if not _is_jpeg(path):
                 raise ThumbnailFailed(f"ffmpeg wrote no JPEG at {path}")
@@ -308,20 +301,20 @@ def _make_thumbnails(video_path, demuxer, shots, out_dir, pacer):
         pacer.progress(DETECTING_SHARE + (1 - DETECTING_SHARE) * done, Phase.THUMBNAILS, message)
 
 
-def thumbnail_argv(video_path, demuxer, grabs, *, width_px=THUMBNAIL_WIDTH_PX):
+def thumbnail_argv(video_path, container, grabs, *, width_px=THUMBNAIL_WIDTH_PX):
     """ffmpeg arguments writing, for each (time_s, jpeg_path) in `grabs`, the frame at that time
-    of the local file `video_path` scaled to `width_px` wide (never enlarged).
+    of the local file `video_path` (whose `ffmpeg.sniff()` Container is `container`) scaled to
+    `width_px` wide (never enlarged).
 
-    Each input is opened with its demuxer named and only the file protocol allowed (both are
-    per-input options, hence repeated); the "file:" prefixes keep a name starting with "-" or
-    holding ":" from being read as an option or a protocol.
+    Each input is opened as `ffmpeg.input_args` opens every downloaded file (its demuxer named,
+    local files only: per-input options, hence repeated); the "file:" prefixes keep a name
+    starting with "-" or holding ":" from being read as an option or a protocol.
     """
-    argv = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
-    source = "file:" + os.path.abspath(video_path)
+    argv = [ffmpeg.locate().ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
+    source = os.path.abspath(video_path)
     for time_s, _jpeg_path in grabs:
         # -ss before -i seeks the input: fast (from the previous keyframe) and frame-accurate.
-        argv += ["-protocol_whitelist", "file", "-f", demuxer, "-ss", f"{time_s:.3f}",
-                 "-i", source]
+        argv += ["-ss", f"{time_s:.3f}", *ffmpeg.input_args(source, container)]
     for index, (_time_s, jpeg_path) in enumerate(grabs):
         argv += ["-map", f"{index}:v:0", "-frames:v", "1",
                  "-vf", f"scale=w='min({width_px},iw)':h=-2", "-q:v", "3",
@@ -336,8 +329,11 @@ def _run_ffmpeg(argv, pacer):
     # stderr goes to a file, not a pipe nobody reads while waiting: a chatty ffmpeg would fill
     # the pipe and block forever.
     with tempfile.TemporaryFile() as stderr:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=stderr)
+        try:
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=stderr)
+        except OSError as exc:
+            raise ThumbnailFailed(f"cannot start {argv[0]}: {exc}") from None
         try:
             while True:
                 try:
@@ -489,19 +485,24 @@ def _write_jpeg(path, image):
 # -- shared ----------------------------------------------------------------------------------
 
 
-def _sniff_demuxer(video_path):
-    """The ffmpeg demuxer for `video_path`, from its first bytes; refuses anything else."""
+def _sniff(video_path):
+    """The container `video_path` holds (`ffmpeg.sniff()`, the one rule for what may be opened),
+    when it is one of VIDEO_CONTAINERS; every refusal is one of this module's errors.
+
+    OpenCV lets ffmpeg guess the format from the content: without this check a playlist saved as
+    "video.mp4" would be read as HLS and could pull in other local files.
+    """
     try:
-        with open(video_path, "rb") as file:
-            head = file.read(SNIFF_BYTES)
+        container = ffmpeg.sniff(video_path)
     except FileNotFoundError:
         raise MissingVideo(f"{video_path} does not exist") from None
     except IsADirectoryError:
         raise UnreadableVideo(f"{video_path} is a directory") from None
-    for offset, magic, demuxer in CONTAINER_MAGIC:
-        if head[offset:offset + len(magic)] == magic:
-            return demuxer
-    raise UnreadableVideo(f"{video_path}: not an MP4, Matroska/WebM or FLV file")
+    except NotMedia as exc:
+        raise UnreadableVideo(f"{video_path}: {exc}") from None
+    if container.name not in VIDEO_CONTAINERS:
+        raise UnreadableVideo(f"{video_path}: {container.name}, not an MP4, Matroska/WebM or FLV file")
+    return container
 
 
 class _Pacer:

@@ -36,16 +36,21 @@ class Tools:
 
 @functools.cache
 def locate():
-    """The system's ffmpeg and ffprobe when installed, else imageio-ffmpeg's ffmpeg alone."""
+    """The system's ffmpeg and ffprobe when installed, else imageio-ffmpeg's ffmpeg alone.
+
+    The one place that finds them: every ffmpeg or ffprobe the project runs comes from here.
+    Looked up once per process, from that process's PATH.
+    """
     system = shutil.which("ffmpeg")
     if system:
         return Tools(ffmpeg=system, ffprobe=shutil.which("ffprobe"))
     try:
         import imageio_ffmpeg
-    except ImportError:
+
+        return Tools(ffmpeg=imageio_ffmpeg.get_ffmpeg_exe(), ffprobe=None)
+    except (ImportError, RuntimeError):  # RuntimeError: a platform it ships no binary for
         raise PostprocessFailed("ffmpeg is not installed (neither on PATH nor imageio-ffmpeg).") \
             from None
-    return Tools(ffmpeg=imageio_ffmpeg.get_ffmpeg_exe(), ffprobe=None)
 
 
 # --- What a file really is ---------------------------------------------------
@@ -202,7 +207,8 @@ def _probe_with_ffmpeg(path, container, tools):
     """probe() without ffprobe: read what `ffmpeg -i` prints about its input."""
     argv = [tools.ffmpeg, "-hide_banner", "-nostdin", *input_args(path, container),
             "-f", "null", "-t", "0", "-"]
-    text = _run(argv).stderr
+    # Only the input's description: ffmpeg then lists its output's streams the same way.
+    text = _run(argv).stderr.partition("\nOutput #")[0]
     duration = DURATION.search(text)
     streams = []
     for match in STREAM.finditer(text):

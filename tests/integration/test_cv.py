@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from downloads import cv, cvresults
+from downloads.ffmpeg import DEMUXERS, Container, locate
 
 # Nothing here depends on the database: the SQLite pass skips it.
 pytestmark = pytest.mark.dbless
@@ -22,7 +23,7 @@ CUTS_S = (5, 10, 15)
 
 
 def ffmpeg(*args):
-    subprocess.run(["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *args],
+    subprocess.run([locate().ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *args],
                    check=True)
 
 
@@ -90,7 +91,7 @@ def test_segment_finds_the_cuts_of_the_four_shot_sample_within_one_frame(media, 
 def mean_rgb(image_path):
     """The average colour of an image, as ffmpeg scales it to one pixel."""
     pixel = subprocess.run(
-        ["ffmpeg", "-nostdin", "-loglevel", "error", "-i", str(image_path), "-vf",
+        [locate().ffmpeg, "-nostdin", "-loglevel", "error", "-i", str(image_path), "-vf",
          "scale=1:1:flags=area", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
         check=True, capture_output=True,
     ).stdout
@@ -146,11 +147,15 @@ def test_segment_reads_a_file_whose_name_looks_like_an_option(media, tmp_path):
 
 
 def test_thumbnail_argv_names_the_demuxer_and_allows_only_local_files():
-    argv = cv.thumbnail_argv("/media/v.mp4", "mov", [(1.5, "/out/a.jpg"), (4.0, "/out/b.jpg")])
+    mp4 = Container("mp4", "mov")
+    argv = cv.thumbnail_argv("/media/v.mp4", mp4, [(1.5, "/out/a.jpg"), (4.0, "/out/b.jpg")])
+    assert argv[0] == locate().ffmpeg
     inputs = [i for i, arg in enumerate(argv) if arg == "-i"]
-    assert [argv[i - 6:i + 2] for i in inputs] == [
-        ["-protocol_whitelist", "file", "-f", "mov", "-ss", "1.500", "-i", "file:/media/v.mp4"],
-        ["-protocol_whitelist", "file", "-f", "mov", "-ss", "4.000", "-i", "file:/media/v.mp4"],
+    assert [argv[i - 8:i + 2] for i in inputs] == [
+        ["-ss", "1.500", "-protocol_whitelist", "file,pipe", "-format_whitelist",
+         DEMUXERS, "-f", "mov", "-i", "file:/media/v.mp4"],
+        ["-ss", "4.000", "-protocol_whitelist", "file,pipe", "-format_whitelist",
+         DEMUXERS, "-f", "mov", "-i", "file:/media/v.mp4"],
     ]
     assert argv[-1] == "file:/out/b.jpg" and "file:/out/a.jpg" in argv
 
@@ -158,7 +163,7 @@ def test_thumbnail_argv_names_the_demuxer_and_allows_only_local_files():
 # -- unreadable input ------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["random", "text", "playlist", "truncated", "empty"])
+@pytest.fixture(params=["random", "text", "playlist", "truncated", "empty", "mpegts"])
 def unreadable(request, media, tmp_path):
     path = tmp_path / "video.mp4"
     contents = {
@@ -169,6 +174,8 @@ def unreadable(request, media, tmp_path):
         # the MP4 signature, but the index (at the end) is missing
         "truncated": media["shots"].read_bytes()[:4096],
         "empty": b"",
+        # a container ffmpeg reads, but without the index a thumbnail's seek needs
+        "mpegts": (b"\x47" + bytes(187)) * 8,
     }
     path.write_bytes(contents[request.param])
     return path
