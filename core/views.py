@@ -2,13 +2,27 @@ from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.views import defaults
 from django.views.csrf import csrf_failure as html_csrf_failure
+from django.views.decorators.http import require_GET
 
+from core import selectors
 from core.jsonapi import error
 from core.tokens import unauthorized
 
 
+def _home_context(request):
+    home = selectors.home_of(request.user)
+    return {"home": home, "sample_url": selectors.sample_url() if home.empty else None}
+
+
 def home(request):
-    return render(request, "core/home.html")
+    return render(request, "core/home.html", _home_context(request))
+
+
+@require_GET
+def home_jobs(request):
+    """The home page's job list, which polls itself while a job on it is live: the list of a
+    user whose jobs have all ended comes back without its polling trigger, so htmx stops."""
+    return render(request, "core/_jobs.html", _home_context(request))
 
 
 def _is_api(request):

@@ -10,6 +10,7 @@ from jobs.metrics import metrics_view
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("home/jobs/", views.home_jobs, name="home_jobs"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),

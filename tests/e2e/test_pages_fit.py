@@ -13,7 +13,7 @@ from django.apps import apps
 from django.utils import timezone
 from django_q.models import Schedule, Task
 
-from downloads import services, storage
+from downloads import services, shots, storage
 from downloads.models import Download, MediaAsset, Shot
 from insights.models import Generator, Insight, InsightKind, InsightStatus
 from jobs import services as jobs
@@ -50,6 +50,9 @@ def library(django_user_model, media_root, settings):
                                             "colors": [{"hex": "#2f6fdb", "share": 0.6}],
                                             "keyframe_strip": ""})
                              for i in range(4))
+    segment = shots.asset_segment(asset, owner=user, check_transport=False)
+    Job.objects.filter(pk=segment.pk).update(status=JobStatus.SUCCESSFUL, progress=1.0,
+                                             finished_at=timezone.now())
     Insight.objects.create(owner=user, kind=InsightKind.VIDEO_SUMMARY, subject=str(asset.pk),
                            status=InsightStatus.SUCCESSFUL, generator=Generator.LOCAL,
                            text="“" + LONG + "” is a video of 0:20. " * 3,
@@ -67,7 +70,7 @@ def library(django_user_model, media_root, settings):
     Worker.objects.create(name=f"worker-on-{LONG}", host="host-" + "x" * 60, pid=4242,
                           queues=["default", "downloads", "cv", "insights", "subscriptions"],
                           kinds=["downloads.fetch"], concurrency=4)
-    return {"user": user, "video": video, "running_job": queued.job_id}
+    return {"user": user, "video": video, "running_job": queued.job_id, "segment_job": segment}
 
 
 def user_pages(video):
@@ -100,6 +103,10 @@ def test_every_page_fits_without_sideways_scrolling(live_server, page, library, 
         assert page.locator("header.topbar").is_visible()
         shot = screenshot(page, f"{name}-{width}")
         assert sideways_overflow(page) <= 0, f"{name} at {width} px scrolls sideways ({shot})"
+        if name == "home":  # measured with its jobs listed, the long names among them
+            listed = page.locator("#home-jobs li").evaluate_all("rows => rows.map(r => r.id)")
+            assert f"download-{library['video'].pk}" in listed
+            assert f"job-{library['segment_job'].public_id}" in listed
     if width == PHONE:
         # The header wraps: its links stay inside the screen, none cut off at the right.
         visit(page, f"{live_server.url}/downloads/")
