@@ -87,10 +87,11 @@ def asset_segment_if_wanted(asset_id, *, owner=None, after=None):
         asset_segment(asset, owner=owner, check_transport=False, after=after)
 
 
-def shot_analyze(shot, *, owner=None, check_transport=True):
+def shot_analyze(shot, *, owner=None, check_transport=True, priority=None):
     """Queue the measurement of one shot (at most one live job per shot); returns the job.
 
-    Refused with TransportUnavailable as `asset_segment` is.
+    Refused with TransportUnavailable as `asset_segment` is. `priority` raises a live job
+    that was queued lower (never lowers one).
     """
     if check_transport:
         _check_transport(ANALYZE_KIND)
@@ -100,7 +101,7 @@ def shot_analyze(shot, *, owner=None, check_transport=True):
             raise IllegalTransition(_("The video file is gone; download it again to analyse it."))
         job = jobs.enqueue(ANALYZE_KIND, {
             "shot": shot.pk, "asset": asset.pk, "file": asset.file,
-            "start_s": shot.start_s, "end_s": shot.end_s}, owner=owner)
+            "start_s": shot.start_s, "end_s": shot.end_s}, owner=owner, priority=priority)
         Shot.objects.filter(pk=shot.pk).update(analysis_job=job)
     return job
 

@@ -9,7 +9,10 @@ through JOBS_QUEUES (project/settings.py), and staff edit that row afterwards.
 
 from project import env
 
-QUEUE = "insights"
+QUEUE = "insights"  # the AI gateway's: one generation at a time, a gap after each
+# The embedded local generator's: it writes in milliseconds and spares nobody's gateway,
+# so its insights need neither the single slot nor the gap (project/settings.py declares it).
+LOCAL_QUEUE = "insights-local"
 
 # The two tiers, as engine priorities (higher runs first); the admin names the same tiers.
 INTERACTIVE = 10  # a page the user has open right now
@@ -27,6 +30,11 @@ def gateway_url():
     """INSIGHTS_GATEWAY_URL: base URL of an OpenAI-compatible API (e.g. https://host/v1);
     empty means the embedded local generator."""
     return _setting("INSIGHTS_GATEWAY_URL", "", env.get_str).strip()
+
+
+def queue():
+    """The queue a generation is enqueued on now: the gateway's when one is configured."""
+    return QUEUE if gateway_url() else LOCAL_QUEUE
 
 
 def model():

@@ -5,6 +5,9 @@ A provider answers, for a user and a subject:
     parse(subject)           the subject in its one canonical spelling (SubjectInvalid otherwise)
     exists(owner, subject)   whether the user may see it and it is still there
     collect(owner, subject)  the facts, as a JSON-able dict; the same data gives the same dict
+    prepare(owner, subject, priority)
+                             the jobs whose data the insight should wait for, queued now
+                             (shot notes: the shot's analysis); most kinds need none
 
 The fingerprint is a digest of those facts and the language asked for, so a
 finished insight is regenerated only when one of them changed. Facts must
@@ -19,8 +22,10 @@ from django.db.models import Q
 from django.utils.translation import gettext as _
 
 from core.jsonapi import number_id
+from downloads import shots
 from downloads.models import Download, DownloadStatus, MediaAsset
 from insights.models import InsightKind
+from jobs.exceptions import IllegalTransition
 
 # Bump when the facts or the prompts change shape: every insight then counts as stale.
 DATA_VERSION = 1
@@ -94,7 +99,12 @@ def _shot_facts(shot):
     }
 
 
-class VideoSummary:
+class NeedsNothing:
+    def prepare(self, owner, subject, priority):
+        return []
+
+
+class VideoSummary(NeedsNothing):
     """Subject: a media asset the user has a download of."""
 
     def parse(self, subject):
@@ -145,6 +155,19 @@ class ShotNotes:
         return shot is not None and Download.objects.filter(owner=owner,
                                                             asset_id=shot.asset_id).exists()
 
+    def prepare(self, owner, subject, priority):
+        """The shot's analysis, asked for at `priority` when it has none: notes written
+        before it would only say the shot has not been analysed."""
+        shot = self._shot(subject)
+        if shot is None or getattr(shot, "analysis", None) is not None:
+            return []
+        try:
+            # No transport check: the notes wait for the analysis, which waits for Redis.
+            return [shots.shot_analyze(shot, owner=owner, priority=priority,
+                                       check_transport=False)]
+        except IllegalTransition:
+            return []  # the file is gone: the notes say what is known without it
+
     def collect(self, owner, subject):
         shot = self._shot(subject)
         if shot is None:
@@ -156,7 +179,7 @@ class ShotNotes:
         }
 
 
-class LibraryOverview:
+class LibraryOverview(NeedsNothing):
     """Subject: the user's library, always "library"."""
 
     def parse(self, subject):

@@ -309,12 +309,12 @@ def queue_settings(names):
     rows = {q.name: q for q in Queue.objects.filter(name__in=list(names))}
     defaults = jobs_conf.queue_defaults()
     result = []
-    for name in sorted(names, key=lambda n: (n != conf.QUEUE, n)):
+    for name in sorted(names, key=lambda n: (n not in (conf.QUEUE, conf.LOCAL_QUEUE), n)):
         row = rows.get(name)
         start = defaults.get(name, {})
         policies = [registry.get(k).policy for k in registry.names()
                     if registry.get(k).policy.queue == name]
-        if name == conf.QUEUE:
+        if name in (conf.QUEUE, conf.LOCAL_QUEUE):
             attempts = [conf.max_attempts()]  # set per job at enqueue
         else:
             attempts = sorted({p.attempts_allowed() for p in policies})
@@ -330,5 +330,6 @@ def queue_settings(names):
 
 
 def queue_names_of(entries):
-    """The queues whose settings the queue page shows: the insights queue and those in use."""
-    return {conf.QUEUE} | {entry.job.queue for entry in entries}
+    """The queues whose settings the queue page shows: the insights queue in force and those
+    in use."""
+    return {conf.queue()} | {entry.job.queue for entry in entries}

@@ -72,15 +72,21 @@ def insight_request(*, owner, kind, subject, tier="interactive", language=None):
             owner=owner, kind=kind, subject=subject,
             defaults={"language": language or settings.LANGUAGE_CODE})
         language = language or insight.language
-        fingerprint = data.fingerprint(facts, language)
+        # Someone is looking: the data the insight is made from is asked for first, and the
+        # insight waits for it. A prefetch writes from what is there.
+        parents = provider.prepare(owner, subject, TIERS[tier]) if tier == "interactive" else []
+        # Data on its way is new data: notes written without it are stale once it is there.
+        fingerprint = data.fingerprint(
+            {**facts, "awaits": sorted(p.pk for p in parents)} if parents else facts, language)
         current = Job.objects.filter(pk=insight.job_id).first() if insight.job_id else None
         fresh = (insight.generated_at is not None and insight.fingerprint == fingerprint
                  and (current is None or not current.is_live))
         if fresh:
             return insight
         job = jobs.enqueue(job_kind(kind), {"insight": str(insight.pk)}, owner=owner,
-                           priority=TIERS[tier], fingerprint=fingerprint,
-                           max_attempts=conf.max_attempts(), supersede=kind in SINGLE_SUBJECT)
+                           queue=conf.queue(), priority=TIERS[tier], fingerprint=fingerprint,
+                           max_attempts=conf.max_attempts(), supersede=kind in SINGLE_SUBJECT,
+                           depends_on=parents or None, on_dependency_failure="run")
         changes = {"job": job, "status": job.status.lower(), "language": language,
                    "requested_at": timezone.now()}
         if job.is_live:

@@ -149,10 +149,13 @@ def names():
 
 
 def queues():
-    """Every queue a registered kind or a Haulage Tasks backend uses, "default" first."""
+    """Every queue a registered kind, a Haulage Tasks backend or JOBS_QUEUES names, "default"
+    first. A kind may enqueue some of its jobs on a queue other than its policy's (declared
+    in JOBS_QUEUES), so workers serve that one too by default."""
     from django.conf import settings
 
     names = {spec.policy.queue for spec in _kinds.values()} | {"default"}
+    names.update(conf.queue_defaults())
     for backend in getattr(settings, "TASKS", {}).values():
         if backend.get("BACKEND") == "jobs.backend.HaulageBackend":
             names.update(backend.get("QUEUES", []))

@@ -164,6 +164,8 @@ JOBS_QUEUES = {
         "concurrency": env.get_number("INSIGHTS_CONCURRENCY", 1, int, minimum=1),
         "gap_seconds": env.get_number("INSIGHTS_GAP_SECONDS", 20.0, minimum=0),
     },
+    # The embedded local generator's insights (no gateway configured): no limit, no gap.
+    "insights-local": {},
 }
 
 # --- Schedules (django-q2) -----------------------------------------------------

@@ -65,7 +65,7 @@ def job_of(insight):
 
 
 def run(run_worker, **options):
-    return run_worker(queues=[conf.QUEUE], **options)
+    return run_worker(queues=[conf.queue()], **options)
 
 
 # --- Priorities ------------------------------------------------------------------------
@@ -294,7 +294,7 @@ def test_a_given_up_insight_is_rearmed_when_asked_for_after_its_cooldown(user, g
     assert ask(user, asset).status == "failed"
     Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(seconds=cooldown + 5))
     # Past it, nothing happens by itself (the reaper re-runs no given-up job)...
-    Worker(queues=[conf.QUEUE]).reap()
+    Worker(queues=[conf.queue()]).reap()
     run(run_worker)
     assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED
     # ...but asking again re-arms the same job, attempts from 0.
@@ -400,7 +400,7 @@ def test_a_stale_worker_cannot_overwrite_the_insight_once_its_lease_moved_on(use
 
     def claim(name):
         worker = WorkerRow.objects.create(name=name, host="h", pid=1)
-        [job] = claiming.claim(worker, queues=[conf.QUEUE], kinds=kinds, limit=1)
+        [job] = claiming.claim(worker, queues=[conf.queue()], kinds=kinds, limit=1)
         return job
 
     stale = claim("frozen")

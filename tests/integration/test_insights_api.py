@@ -19,6 +19,7 @@ pytestmark = pytest.mark.django_db
 
 SUMMARY = InsightKind.VIDEO_SUMMARY
 HTMX = {"HTTP_HX_REQUEST": "true"}
+GATEWAY = "http://127.0.0.1:9/v1"  # configured, never called: no worker runs these tests' jobs
 
 
 @pytest.fixture(autouse=True)
@@ -229,7 +230,8 @@ def test_the_panel_offers_retry_for_a_failed_insight(alice_client, user):
 
 
 def test_the_queue_lists_jobs_in_worker_order_with_the_settings_in_force(alice_client, user,
-                                                                          other_user):
+                                                                          other_user, settings):
+    settings.INSIGHTS_GATEWAY_URL = GATEWAY  # the queue shown is the gateway's, with its gap
     now = timezone.now()
     low = jobs.enqueue("tests.noop", {"n": "low"}, owner=user, priority=0)
     high = jobs.enqueue("tests.noop", {"n": "high"}, owner=user, priority=10)
@@ -264,8 +266,16 @@ def test_the_queue_lists_jobs_in_worker_order_with_the_settings_in_force(alice_c
     assert "20 seconds" in page and "30 minutes" in page
 
 
-def test_staff_edits_to_the_queue_show_on_the_page(alice_client, user):
+def test_staff_edits_to_the_queue_show_on_the_page(alice_client, user, settings):
+    settings.INSIGHTS_GATEWAY_URL = GATEWAY
     jobs.set_queue(conf.QUEUE, concurrency=2, gap_seconds=5)
     body = alice_client.get("/api/queue/").json()
     insights_queue = next(q for q in body["queues"] if q["queue"] == "insights")
     assert (insights_queue["concurrency"], insights_queue["gap_seconds"]) == (2, 5.0)
+
+
+def test_without_a_gateway_the_page_shows_the_local_generators_queue_without_limits(alice_client):
+    """The local generator's insights skip the gateway's single slot and gap."""
+    body = alice_client.get("/api/queue/").json()
+    local = next(q for q in body["queues"] if q["queue"] == conf.LOCAL_QUEUE)
+    assert (local["concurrency"], local["gap_seconds"]) == (None, 0.0)

@@ -151,9 +151,10 @@ def test_the_panel_looks_again_soon_when_the_text_is_a_moment_away(alice_client,
 
 
 def test_a_job_claimed_while_its_panel_is_answered_reads_as_started_not_held_by_itself(
-        user, ready, worker):  # noqa: F811
+        user, ready, worker, settings):  # noqa: F811
     from insights import selectors
 
+    settings.INSIGHTS_GATEWAY_URL = "http://127.0.0.1:9/v1"  # the gateway's one slot and gap
     jobs.set_queue(conf.QUEUE, concurrency=1, gap_seconds=20)
     asked = insights.insight_request(owner=user, kind=SUMMARY, subject=ready.asset_id)
     read = Insight.objects.select_related("job").get(pk=asked.pk)  # the page's read: queued
