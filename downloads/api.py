@@ -8,6 +8,7 @@
     POST   /api/downloads/<id>/{pause,resume,cancel,retry}   (retry on an evicted one: download again)
     POST   /api/downloads/<id>/segment/         (re-)split the video into shots → 202
     GET    /api/downloads/<id>/shots/           the segment job's state and the shots
+    GET    /api/downloads/<id>/file/            the finished download's file (HEAD, one Range)
     POST   /api/shots/<id>/analyze/             measure one shot → 202
 
 A download's "status" is the engine's state in lower case, or "evicted": it
@@ -18,8 +19,9 @@ internal numbers of its own. docs/api.md describes every field.
 
 Errors are JSON {"error": sentence, "error_code": code}: 400 bad input, 401
 anonymous (the login middleware), 404 not yours or no such id, 405, 409 an
-action the download's state does not allow, 429 over the queued cap. GETs
-only read.
+action the download's state does not allow (or its file asked for before it
+has one), 416 a range outside the file, 429 over the queued cap. GETs only
+read.
 """
 
 import uuid
@@ -31,8 +33,9 @@ from django.utils.translation import gettext as _
 
 from core import jsonapi
 from core.jsonapi import error
-from downloads import selectors, services, shots
+from downloads import selectors, services, shots, views
 from downloads.forms import DownloadForm
+from downloads.models import DownloadStatus
 from insights import selectors as insight_selectors
 from insights.models import InsightKind
 from jobs.exceptions import IllegalTransition, TransportUnavailable
@@ -79,6 +82,9 @@ def download_json(state, request, summaries=None):
     shots_url = None
     if state.status == "successful" and asset.is_video:
         shots_url = request.build_absolute_uri(reverse("downloads:api_shots", args=[download.pk]))
+    file_url = None
+    if state.file_url:  # the page's link, set only while there is a file; a token fetches it here
+        file_url = request.build_absolute_uri(reverse("downloads:api_file", args=[download.pk]))
     return {
         "id": str(download.pk),
         "name": download.name or asset.title,
@@ -106,7 +112,7 @@ def download_json(state, request, summaries=None):
             "title": asset.title,
             "duration_s": asset.duration_s,
             "size_bytes": asset.size_bytes,
-            "file_url": _absolute(request, state.file_url),
+            "file_url": file_url,
             "shots_url": shots_url,
         },
         "summary": insight_link(request, InsightKind.VIDEO_SUMMARY, asset.pk,
@@ -205,6 +211,34 @@ def _finished_video(request, download_id):
     if found.current_status != "successful":
         return None, error(409, "illegal_transition", _("The download has not finished yet."))
     return found, None
+
+
+def download_file(request, download_id):
+    """The file, served as the page serves it (ranges, If-Range, HEAD), with the API's refusals."""
+    found = _mine(request, download_id)
+    if found is None:
+        return not_found()
+    if request.method not in ("GET", "HEAD"):
+        return error(405, "method_not_allowed", _("Use GET."))  # HEAD goes without saying
+    response = views.file_response(request, found)
+    if response is None:
+        return _no_file(found)
+    if response.status_code == 416:
+        # An error document like every refusal here, still saying the file's size.
+        refused = error(416, "range_not_satisfiable", _("The range lies outside the file."))
+        refused["Content-Range"] = response["Content-Range"]
+        return refused
+    return response
+
+
+def _no_file(download):
+    """409, as for shots: the download is there, but its state gives no file (yet)."""
+    status = download.current_status
+    if status in (DownloadStatus.SUCCESSFUL, DownloadStatus.EVICTED):  # removed to make room
+        message = _("Evicted — download again to get the file back (it was removed to make room).")
+    else:
+        message = _("The download has not finished yet.")
+    return error(409, "illegal_transition", message, status=status)
 
 
 def _cv_queue_unavailable(exc):

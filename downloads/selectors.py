@@ -153,9 +153,15 @@ def download_state(download, *, served_kinds=None):
         state.error = str(error_message(state.error_code, detail))
     if status == S.FAILED and not errors.retry_helps(state.error_code):
         state.actions = tuple(a for a in state.actions if a != "retry")
-    if status == S.SUCCESSFUL and storage.exists(download.asset.file):
+    if has_file(download):
         state.file_url = reverse("downloads:file", args=[download.pk])
     return state
+
+
+def has_file(download):
+    """Whether the download's file can be served: it finished, and housekeeping has not removed
+    its asset's file since."""
+    return download.current_status == S.SUCCESSFUL and storage.exists(download.asset.file)
 
 
 def job_outcome(job):

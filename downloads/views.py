@@ -156,18 +156,30 @@ def download_edit(request, download_id):
     return _detail(request, download, form, status=400)
 
 
+def file_response(request, download):
+    """The download's file (whole or the range asked for; `?download=1` saves it as an
+    attachment), or None when it has none. The page and the JSON API both serve it here."""
+    if not selectors.has_file(download):
+        return None
+    asset = download.asset
+    path = storage.absolute(asset.file)
+    name = (download.name or asset.title or "media").replace("/", "_")[:150] + path.suffix
+    try:
+        response = serving.file_response(request, path, filename=name,
+                                         attachment=request.GET.get("download") == "1")
+    except Http404:
+        return None  # housekeeping removed it after the check
+    services.asset_touch_if_stale(asset.pk)
+    return response
+
+
 @require_http_methods(["GET", "HEAD"])
 def download_file(request, download_id):
     """The file, to its owner only, with range support for seeking."""
-    download = _mine(request, download_id)
-    asset = download.asset
-    if download.current_status != DownloadStatus.SUCCESSFUL or not storage.exists(asset.file):
+    response = file_response(request, _mine(request, download_id))
+    if response is None:
         raise Http404
-    services.asset_touch_if_stale(asset.pk)
-    path = storage.absolute(asset.file)
-    name = (download.name or asset.title or "media").replace("/", "_")[:150] + path.suffix
-    return serving.file_response(request, path, filename=name,
-                                 attachment=request.GET.get("download") == "1")
+    return response
 
 
 # --- Shots (the CV results of a video) --------------------------------------------

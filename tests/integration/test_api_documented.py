@@ -6,11 +6,12 @@ and a shot's notes asked for), so a field added to a view without a line in the 
 """
 
 import re
+import uuid
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from downloads.models import Shot
 from downloads.urls import ACTIONS
@@ -126,6 +127,23 @@ def test_every_api_route_is_in_the_guides_table_of_endpoints():
             continue
         written = "/" + re.sub(r"<(?:\w+:)?\w+>", "<id>", route)
         assert written in paths, f"{written} is not in docs/api.md's table of endpoints"
+
+
+@pytest.mark.dbless
+def test_the_worked_example_reaches_only_routes_the_api_has():
+    example = re.search(r"^## A worked example.*?^```\n(.*?)^```", guide(), re.S | re.M).group(1)
+    # Ids are written short ("5b0c…"); any id of the right shape stands in for them.
+    addresses = {re.sub(r"\w+…", str(uuid.uuid4()), path) for path in
+                 re.findall(r"http://127\.0\.0\.1:8000(/[^\s\"]*)", example)}
+    routes = {resolve(path).route for path in addresses}
+    assert all(route.startswith("api/") for route in routes), routes
+    # The file is fetched with the token, whole and a range, from the address the document gives.
+    commands = re.findall(r"^\$ (curl .*)$", example.replace("\\\n", " "), re.M)
+    fetches = [command for command in commands if command.endswith("/file/")]
+    assert fetches and all('-H "$H"' in command for command in fetches)
+    assert any("-H 'Range: bytes=" in command for command in fetches)
+    assert "api/downloads/<str:download_id>/file/" in routes
+    assert re.search(r'"file_url": "http\S+/file/"', example)
 
 
 def test_every_error_code_the_api_answers_is_in_the_guide():
