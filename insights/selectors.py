@@ -312,9 +312,12 @@ def queue_settings(names):
     for name in sorted(names, key=lambda n: (n not in (conf.QUEUE, conf.LOCAL_QUEUE), n)):
         row = rows.get(name)
         start = defaults.get(name, {})
+        insights_queue = name in (conf.QUEUE, conf.LOCAL_QUEUE)
+        # The insight kinds' policy names the gateway's queue; their jobs go to either.
+        policy_queue = conf.QUEUE if insights_queue else name
         policies = [registry.get(k).policy for k in registry.names()
-                    if registry.get(k).policy.queue == name]
-        if name in (conf.QUEUE, conf.LOCAL_QUEUE):
+                    if registry.get(k).policy.queue == policy_queue]
+        if insights_queue:
             attempts = [conf.max_attempts()]  # set per job at enqueue
         else:
             attempts = sorted({p.attempts_allowed() for p in policies})

@@ -6,10 +6,12 @@ again.
 """
 
 import atexit
+import os
 import random
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -112,3 +114,24 @@ def hls_rendition(segment_s=1):
         )
         partial.rename(folder)
     return folder
+
+
+HIDDEN = {"ffmpeg", "ffprobe"}
+
+
+def path_without_ffmpeg(folder):
+    """A PATH of one folder linking every program of the venv's bin and of PATH but ffmpeg and
+    ffprobe (the first of a name wins, as a PATH lookup would)."""
+    folder.mkdir()
+    path = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    for directory in [Path(sys.executable).parent, *filter(None, path)]:
+        try:
+            entries = list(Path(directory).iterdir())
+        except OSError:
+            continue  # a PATH entry that is missing or not a folder
+        for program in entries:
+            link = folder / program.name
+            if (program.name not in HIDDEN and not os.path.lexists(link) and program.is_file()
+                    and os.access(program, os.X_OK)):
+                link.symlink_to(program)
+    return str(folder)

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def worker(fast_engine, settings):
     settings.INSIGHTS_GATEWAY_URL = ""  # the local generator
     jobs.set_queue(conf.QUEUE, concurrency=1, gap_seconds=0)
-    running = Worker(queues=[conf.QUEUE], concurrency=1)
+    running = Worker(queues=[conf.queue()], concurrency=1)
     thread = threading.Thread(target=running.run, daemon=True)
     thread.start()
     yield running
@@ -45,7 +45,7 @@ def test_the_library_panel_is_requested_generated_and_shown(live_server, page, d
     row = page.wait_for_selector('tr[data-kind="insights.library_overview"]')
     assert row.get_attribute("data-status") == "successful"
     assert "1 / 3" in row.inner_text()
-    assert page.inner_text('tr[data-queue="insights"] .cooldown') == "30 minutes"
+    assert page.inner_text(f'tr[data-queue="{conf.LOCAL_QUEUE}"] .cooldown') == "30 minutes"
 
 
 def test_a_look_at_the_panel_that_fails_is_followed_by_another(live_server, page, user, log_in,
@@ -54,7 +54,7 @@ def test_a_look_at_the_panel_that_fails_is_followed_by_another(live_server, page
     connection): the panel keeps polling, so the text still arrives without a reload."""
     settings.INSIGHTS_GATEWAY_URL = ""  # the local generator: its text is a moment away
     jobs.set_queue(conf.QUEUE, concurrency=1, gap_seconds=0)
-    worker = spawn_worker("--queues", conf.QUEUE, env={"INSIGHTS_GATEWAY_URL": ""})
+    worker = spawn_worker("--queues", conf.queue(), env={"INSIGHTS_GATEWAY_URL": ""})
     wait_until(lambda: WorkerRow.objects.filter(stopped_at__isnull=True).exists())
     worker.send_signal(signal.SIGSTOP)  # it serves the kind, but takes nothing for now
     looks = []

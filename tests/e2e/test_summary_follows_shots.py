@@ -31,7 +31,7 @@ def test_the_open_summary_is_written_again_when_the_shots_arrive(
     env = {"MEDIA_ROOT": str(settings.MEDIA_ROOT), "DOWNLOADS_EGRESS_ALLOW": f"127.0.0.1:{port}",
            "INSIGHTS_GATEWAY_URL": "", "INSIGHTS_PREFETCH": "false"}
     # No worker takes CV jobs yet: the video is finished, its shots not found.
-    spawn_worker("--queues", "downloads,insights", env=env)
+    spawn_worker("--queues", f"downloads,{conf.LOCAL_QUEUE}", env=env)
     download = services.download_submit(owner=user, url=f"{sample}/sample.mp4")
     wait_until(lambda: Download.objects.get(pk=download.pk).current_status == "successful")
     assert Job.objects.get(kind="downloads.segment").status == JobStatus.READY

@@ -1,8 +1,12 @@
 """A new user's journey in Chromium, with a real runworker behind the site: paste the sample's
 address, watch it finish and be split into shots, open the video, read its summary and a shot's
-notes, never reloading the page."""
+notes, never reloading the page.
+
+The worker runs as on a newcomer's machine: no system ffmpeg or ffprobe on its PATH (only
+imageio-ffmpeg's binary), and no AI gateway (the local generator)."""
 
 import json
+import re
 import time
 from urllib.parse import parse_qs
 
@@ -15,6 +19,7 @@ from jobs import services as jobs
 from jobs.models import Job
 from tests.acceptance.conftest import spawn_worker  # noqa: F401 - the fixture, used below
 from tests.e2e.conftest import LAPTOP
+from tests.media import path_without_ffmpeg
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -45,12 +50,15 @@ def test_the_sample_from_its_address_to_its_summary_and_a_shots_notes(
     settings.MEDIA_ROOT = tmp_path / "media"
     port = sample.rsplit(":", 1)[1]
     settings.DOWNLOADS_EGRESS_ALLOW = f"127.0.0.1:{port}"
-    jobs.set_queue(conf.QUEUE, concurrency=1, gap_seconds=0)
+    settings.INSIGHTS_GATEWAY_URL = ""
+    # The gateway's etiquette, which the local generator's insights must not wait for.
+    jobs.set_queue(conf.QUEUE, concurrency=1, gap_seconds=20)
     # Nothing prepared in the background: the summary is made because the page asked, so the
     # time below is a cold request on an idle queue.
-    spawn_worker("--queues", "downloads,cv,insights,default", env={
+    spawn_worker(env={
         "MEDIA_ROOT": str(settings.MEDIA_ROOT), "DOWNLOADS_EGRESS_ALLOW": f"127.0.0.1:{port}",
-        "INSIGHTS_GATEWAY_URL": "", "INSIGHTS_PREFETCH": "false"})
+        "INSIGHTS_GATEWAY_URL": "", "INSIGHTS_PREFETCH": "false",
+        "PATH": path_without_ffmpeg(tmp_path / "bin")})
     django_user_model.objects.create_user("dora", password="explorer-pass-1")
     page.set_viewport_size({"width": LAPTOP, "height": 900})
 
@@ -93,11 +101,23 @@ def test_the_sample_from_its_address_to_its_summary_and_a_shots_notes(
     assert [r for r in posts if r.resource_type == "document"] == []
     assert page.evaluate("window.stillTheSamePage") is True
 
-    # Choosing a shot (its times) opens its notes beside the player.
+    # Choosing a shot (its times) opens its notes beside the player. Nobody measured the shot
+    # yet: the notes ask for its analysis first and describe what it found.
+    shot = Shot.objects.get(asset=download.asset, index=2)
+    assert shot.analysis is None
+    clicked = time.monotonic()
     page.locator(".shot[data-index='2'] a[data-seek]").click()
     notes = page.locator('#shot-notes .insight[data-status="successful"]')
     notes.wait_for(timeout=30_000)
-    assert f"Shot 3 of “{title}”" in notes.inner_text()
+    seconds_to_notes = time.monotonic() - clicked
+    (tmp_path / "time-to-notes.json").write_text(json.dumps({"seconds": seconds_to_notes}))
+    print(f"click on a shot to its notes: {seconds_to_notes:.2f} s")
+    shot.refresh_from_db()
+    text = notes.inner_text()
+    assert f"Shot 3 of “{title}”" in text
+    assert "not been analysed" not in text
+    written = re.search(r"brightness (\d\.\d\d)", text)  # what the analysis measured
+    assert written and abs(float(written.group(1)) - shot.analysis["brightness"]) <= 0.006, text
     assert page.locator(".shot.selected").get_attribute("data-index") == "2"
     assert Job.objects.get(kind="insights.shot_notes").priority == conf.INTERACTIVE
     assert page.evaluate("window.stillTheSamePage") is True

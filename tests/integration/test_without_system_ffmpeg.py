@@ -15,32 +15,15 @@ from pathlib import Path
 import imageio_ffmpeg
 import pytest
 
+from tests.media import path_without_ffmpeg
+
 # Processes and files only: the SQLite pass skips it.
 pytestmark = pytest.mark.once
 
 ROOT = Path(__file__).resolve().parents[2]
-HIDDEN = {"ffmpeg", "ffprobe"}
 SHOT_S = 1
 CUTS_S = (1, 2, 3)
 FPS = 25
-
-
-def path_without_ffmpeg(folder):
-    """A PATH of one folder linking every program of the venv's bin and of PATH but ffmpeg and
-    ffprobe (the first of a name wins, as a PATH lookup would)."""
-    folder.mkdir()
-    path = os.environ.get("PATH", os.defpath).split(os.pathsep)
-    for directory in [Path(sys.executable).parent, *filter(None, path)]:
-        try:
-            entries = list(Path(directory).iterdir())
-        except OSError:
-            continue  # a PATH entry that is missing or not a folder
-        for program in entries:
-            link = folder / program.name
-            if (program.name not in HIDDEN and not os.path.lexists(link) and program.is_file()
-                    and os.access(program, os.X_OK)):
-                link.symlink_to(program)
-    return str(folder)
 
 
 def make_shots(ffmpeg, path):
