@@ -89,6 +89,8 @@ def insights(request):
         return error(404, "not_found", _("No such subject."))
     except data.Unavailable as exc:
         return error(404, "unavailable", str(exc))
+    except services.TooManyQueued as exc:
+        return error(429, "queue_full", str(exc), limit=exc.limit)
     state = selectors.insight_state(selectors.insight_of(request.user, insight.pk))
     response = JsonResponse(insight_json(state, request), status=202 if state.is_live else 200)
     response["Location"] = reverse("insights:api_insight", args=[insight.pk])

@@ -7,3 +7,8 @@ class InsightsConfig(AppConfig):
 
     name = "insights"
     verbose_name = _("Insights")
+
+    def ready(self):
+        from jobs import selectors
+
+        selectors.describe_key("insights-user", _("Your other insights are being written."))

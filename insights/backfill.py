@@ -35,5 +35,7 @@ def run(ctx):
             asked += 1
         except (services.SubjectNotFound, data.SubjectInvalid, data.Unavailable):
             pass  # nothing to say about this user's library (yet)
+        except services.TooManyQueued:
+            pass  # their queue is full: tomorrow's backfill asks again
         ctx.progress(done / len(users), message=f"{done} of {len(users)} users")
     return {"users": len(users), "requested": asked}

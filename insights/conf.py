@@ -79,6 +79,20 @@ def retry_after_s():
     return _setting("INSIGHTS_RETRY_AFTER_SECONDS", 1800.0, _number(minimum=1))
 
 
+def user_concurrency():
+    """INSIGHTS_USER_CONCURRENCY: one user's generations running at once (the engine key
+    "insights-user:<id>"; staff raise it for a user in the admin's concurrency limits)."""
+    return _setting("INSIGHTS_USER_CONCURRENCY", 1, _number(int, minimum=1))
+
+
+def user_queued():
+    """INSIGHTS_USER_QUEUED: one user's insights waiting or being written at once; a request
+    past it is refused (429). It bounds how far one user's burst can put another user's
+    request back (behind at most this many at one priority). Prefetches stop at it too, and
+    never count against what the user asks for."""
+    return _setting("INSIGHTS_USER_QUEUED", 5, _number(int, minimum=1))
+
+
 def prefetch():
     """INSIGHTS_PREFETCH: queue insights at prefetch priority when new shot data arrives."""
     return _setting("INSIGHTS_PREFETCH", True, env.get_bool)

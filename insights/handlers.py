@@ -27,6 +27,12 @@ def _unique(payload, owner):
     return f"insight:{payload['insight']}"
 
 
+def _user_key(payload, owner):
+    # One user's burst waits behind its own key, out of the claim index: another user's
+    # request is the next one a worker takes.
+    return [f"insights-user:{owner.pk}"] if owner is not None else []
+
+
 def _timeout_s(payload):
     # The gateway's own timeouts end a hung call first; this is the engine's backstop.
     return conf.connect_timeout_s() + conf.read_timeout_s() + 30
@@ -39,6 +45,8 @@ POLICY = {
     "cooldown_s": conf.retry_after_s(),
     "timeout_s": _timeout_s,
     "unique_key": _unique,
+    "concurrency_keys": _user_key,
+    "default_limits": {"insights-user": conf.user_concurrency()},
     # The insight keeps its job's final state, so pruning the job loses nothing.
     "finished": services.insight_record_outcome,
 }

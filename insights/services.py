@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from downloads.services import lock_owner
 from insights import conf, data, generators
 from insights.models import Insight, InsightKind, InsightStatus
 from jobs import services as jobs
@@ -38,6 +39,16 @@ PREFETCH_AFTER = {"downloads.segment", "downloads.analyze"}
 
 class SubjectNotFound(Exception):
     """The user has no such subject (another user's subject reads as absent)."""
+
+
+class TooManyQueued(Exception):
+    """The user already has as many insights waiting or being written as the cap allows."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        super().__init__(
+            _("You already have %(n)d insights waiting or being written; ask again when some "
+              "are done.") % {"n": limit})
 
 
 def is_insight_kind(job_kind):
@@ -68,6 +79,7 @@ def insight_request(*, owner, kind, subject, tier="interactive", language=None):
     subject = provider.parse(subject)
     facts = _collect(provider, owner, subject)
     with transaction.atomic():
+        lock_owner(owner)  # two requests at once must not both pass the cap
         insight, _created = Insight.objects.get_or_create(
             owner=owner, kind=kind, subject=subject,
             defaults={"language": language or settings.LANGUAGE_CODE})
@@ -83,6 +95,7 @@ def insight_request(*, owner, kind, subject, tier="interactive", language=None):
                  and (current is None or not current.is_live))
         if fresh:
             return insight
+        _check_cap(owner, insight, tier)
         job = jobs.enqueue(job_kind(kind), {"insight": str(insight.pk)}, owner=owner,
                            queue=conf.queue(), priority=TIERS[tier], fingerprint=fingerprint,
                            max_attempts=conf.max_attempts(), supersede=kind in SINGLE_SUBJECT,
@@ -95,6 +108,22 @@ def insight_request(*, owner, kind, subject, tier="interactive", language=None):
         for name, value in changes.items():
             setattr(insight, name, value)
     return insight
+
+
+def _check_cap(owner, insight, tier):
+    """Refuse a new job past the user's cap (one merging into the insight's live job is not new).
+
+    A request counts the user's live requests (interactive); a prefetch counts everything live,
+    so prefetches fill only the room requests leave and never crowd them out.
+    """
+    if Job.objects.live().filter(unique_key=f"insight:{insight.pk}").exists():
+        return
+    live = Job.objects.live().filter(owner=owner, kind__in=[job_kind(k) for k in InsightKind])
+    if tier == "interactive":
+        live = live.filter(priority__gte=conf.INTERACTIVE)
+    limit = conf.user_queued()
+    if live.count() >= limit:
+        raise TooManyQueued(limit)
 
 
 def insights_prefetch(owner, *, asset_id=None, shot_id=None):
@@ -115,7 +144,7 @@ def insights_prefetch(owner, *, asset_id=None, shot_id=None):
         try:
             requested.append(insight_request(owner=owner, kind=kind, subject=subject,
                                              tier="prefetch"))
-        except (SubjectNotFound, data.SubjectInvalid, data.Unavailable):
+        except (SubjectNotFound, data.SubjectInvalid, data.Unavailable, TooManyQueued):
             continue
     return requested
 

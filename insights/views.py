@@ -65,6 +65,9 @@ def insight_request(request):
     except data.Unavailable as exc:
         return render(request, "insights/_panel_unavailable.html",
                       {"kind": InsightKind(kind), "message": str(exc)})
+    except services.TooManyQueued as exc:
+        return render(request, "insights/_panel_unavailable.html",
+                      {"kind": InsightKind(kind), "message": str(exc)}, status=429)
     if not request.htmx:
         return _back(request)
     return _panel(request, selectors.insight_of(request.user, insight.pk))

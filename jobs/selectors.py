@@ -100,6 +100,8 @@ def standing(job, *, served_kinds=None):
         return Standing(position, "no_worker", _("No worker that runs this kind of job is running."))
     key = limits.full_key(job)
     if key is not None:
+        if _claimed_since(job):
+            return Standing(None, "running", _("Running."))  # its own start filled the key
         words = _KEY_WORDS.get(key.split(":", 1)[0])
         return Standing(position, "key_busy",
                         str(words) if words else _("Waiting for a free slot (%(key)s).") % {"key": key},

@@ -71,7 +71,9 @@ def run(run_worker, **options):
 # --- Priorities ------------------------------------------------------------------------
 
 
-def test_an_interactive_request_runs_before_ten_queued_prefetch_jobs(user, gateway, run_worker):
+def test_an_interactive_request_runs_before_ten_queued_prefetch_jobs(user, gateway, run_worker,
+                                                                    settings):
+    settings.INSIGHTS_USER_QUEUED = 20  # this is about tiers: room for all eleven
     assets = [make_asset(user, f"Clip {i}") for i in range(12)]
     for asset in assets[:11]:
         ask(user, asset, "prefetch")

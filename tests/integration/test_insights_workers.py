@@ -49,6 +49,7 @@ def spawn_worker(transactional_db, tmp_path):
 def test_two_worker_processes_never_call_the_gateway_twice_at_once(spawn_worker, user, settings):
     with FakeGateway() as gateway:
         settings.INSIGHTS_GATEWAY_URL = gateway.url  # the requests go to the gateway's queue
+        settings.INSIGHTS_USER_QUEUED = 6
         gateway.default = Reply(delay_s=0.4)  # slow enough that a second call would overlap
         jobs.set_queue(conf.QUEUE, concurrency=1, gap_seconds=0)
         insights = [services.insight_request(owner=user, kind=InsightKind.VIDEO_SUMMARY,
