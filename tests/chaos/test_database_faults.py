@@ -46,7 +46,7 @@ def test_a_partitioned_worker_loses_nothing_whether_the_partition_ends_in_a_rese
     report.require_ok()
 
 
-# A pause at the worst moment: see docs/reliability.md, "Known gaps".
+# A pause at the worst moment: see docs/reliability.md, "Found and fixed, and what is left".
 FROZEN_IN_TRANSACTION = (
     "A worker frozen (SIGSTOP, a VM pause, a partition) between two statements of a "
     "claim or completion keeps its session idle in transaction, holding the row locks of "
