@@ -29,7 +29,7 @@ urlpatterns = [
     path("api/downloads/<str:download_id>/shots/", api.shots_list, name="api_shots"),
     path("api/downloads/<str:download_id>/file/", api.download_file, name="api_file"),
     path("api/shots/<str:shot_id>/analyze/", api.analyze, name="api_analyze"),
-    # The issue writes the actions without a trailing slash; both forms work.
+    # The actions answer with and without a trailing slash.
     re_path(rf"^api/downloads/(?P<download_id>[^/]+)/(?P<name>{ACTIONS})/?$", api.action,
             name="api_action"),
 ]
