@@ -44,6 +44,30 @@ class ApiToken(models.Model):
     @classmethod
     def issue(cls, *, user, name=""):
         """Create a token and return (token, raw key); the raw key is never stored."""
-        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name, key_hash=hash_token(raw), key_prefix=raw[:12])
+        token = cls(user=user, name=name)
+        raw = token.new_key()
+        token.save()
         return token, raw
+
+    def new_key(self):
+        """Give this unsaved token a fresh key and return it raw: only its hash is kept."""
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self.key_hash, self.key_prefix = hash_token(raw), raw[:12]
+        return raw
+
+
+class Attempt(models.Model):
+    """One attempt a throttle counted (core/throttle.py): a failed login, a password reset
+    asked for. `key` is a digest of what it counted against (an account, an address, an
+    e-mail address), so no typed name or password-like text is kept."""
+
+    key = models.CharField(max_length=64)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["key", "at"]), models.Index(fields=["at"])]
+        verbose_name = _("throttled attempt")
+        verbose_name_plural = _("throttled attempts")
+
+    def __str__(self):
+        return f"{self.key[:12]}… at {self.at:%Y-%m-%d %H:%M:%S}"

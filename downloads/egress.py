@@ -10,7 +10,8 @@ answer differently). Datagrams sent without connect() are not covered; a
 download sends none.
 
 Only public addresses pass, unless `DOWNLOADS_EGRESS_ALLOW` admits a specific
-destination, e.g. `127.0.0.1:8000,10.0.0.0/8,[::1]:8000`.
+destination, e.g. `127.0.0.1:8000,10.0.0.0/8,[::1]:8000`: the rule of
+jobs/egress.py, which the engine's own webhooks follow too.
 """
 
 import contextlib
@@ -18,15 +19,15 @@ import ipaddress
 import os
 import socket
 import threading
-from dataclasses import dataclass
 
+from jobs.egress import Policy, format_destination, is_public
 from project.env import SettingsError
+
+__all__ = ["EgressBlocked", "EgressPolicy", "format_destination", "install", "installed",
+           "is_public", "trusted"]
 
 SETTING = "DOWNLOADS_EGRESS_ALLOW"
 INET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
-
-# Prefixes that embed an IPv4 address a gateway will forward to: judge the embedded one.
-NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 class EgressBlocked(OSError):
@@ -40,60 +41,17 @@ class EgressBlocked(OSError):
                          f"(not a public address; see {SETTING}).")
 
 
-def format_destination(host, port):
-    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
-
-
-def is_public(ip):
-    """True when `ip` is a globally routable unicast address (IPv6 wrappers of IPv4 unwrapped)."""
-    ip = ipaddress.ip_address(ip)
-    if ip.version == 6:
-        embedded = ip.ipv4_mapped or ip.sixtofour
-        if embedded is None and ip in NAT64:
-            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-        if embedded is not None:
-            return is_public(embedded)
-        if ip.is_site_local:
-            return False
-    return ip.is_global and not (
-        ip.is_multicast or ip.is_loopback or ip.is_link_local or ip.is_private
-        or ip.is_reserved or ip.is_unspecified
-    )
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """One DOWNLOADS_EGRESS_ALLOW entry: a network and, optionally, one port."""
-
-    network: ipaddress.IPv4Network | ipaddress.IPv6Network
-    port: int | None = None
-
-    def admits(self, ip, port):
-        if self.port is not None and port != self.port:
-            return False
-        if ip.version != self.network.version:
-            mapped = getattr(ip, "ipv4_mapped", None)
-            return mapped is not None and mapped in self.network
-        return ip in self.network
-
-    def __str__(self):
-        network = self.network
-        net = str(network) if network.num_addresses > 1 else str(network.network_address)
-        if self.port is None:
-            return net
-        return f"[{net}]:{self.port}" if self.network.version == 6 else f"{net}:{self.port}"
-
-
-class EgressPolicy:
-    """Public addresses, plus the destinations in `allowed`."""
-
-    def __init__(self, allowed=()):
-        self.allowed = tuple(allowed)
+class EgressPolicy(Policy):
+    """The engine's rule (jobs/egress.py: public addresses, plus the allowed destinations),
+    read from DOWNLOADS_EGRESS_ALLOW."""
 
     @classmethod
     def from_setting(cls, raw):
         """Parse `ip[/prefix][:port]` entries separated by commas (IPv6 in brackets with a port)."""
-        return cls(parse_entry(item.strip()) for item in (raw or "").split(",") if item.strip())
+        try:
+            return cls.parse(raw or "")
+        except ValueError as exc:
+            raise SettingsError(f"{SETTING} entry {exc}") from None
 
     @classmethod
     def from_env(cls, environ=None):
@@ -106,49 +64,10 @@ class EgressPolicy:
 
         return cls.from_setting(conf.egress_allow())
 
-    def permits(self, ip, port):
-        ip = ipaddress.ip_address(ip)
-        if is_public(ip):
-            return True
-        return any(entry.admits(ip, port) for entry in self.allowed)
-
     def check(self, ip, port):
         """Raise EgressBlocked unless a connection to ip:port is permitted."""
         if not self.permits(ip, port):
             raise EgressBlocked(str(ip), port)
-
-    def __repr__(self):
-        return f"EgressPolicy(allowed={', '.join(map(str, self.allowed)) or 'public only'})"
-
-
-def parse_entry(entry):
-    port = None
-    try:
-        if entry.startswith("["):
-            address, _, rest = entry[1:].partition("]")
-            if rest:
-                if not rest.startswith(":"):
-                    raise ValueError(entry)
-                port = _port(rest[1:])
-        elif entry.count(":") == 1:
-            address, _, port_text = entry.partition(":")
-            port = _port(port_text)
-        else:
-            address = entry
-        network = ipaddress.ip_network(address, strict=False)
-    except ValueError:
-        raise SettingsError(
-            f"{SETTING} entry {entry!r} is not an address; use ip[/prefix][:port], "
-            "e.g. 127.0.0.1:8000, 10.0.0.0/8 or [::1]:8000."
-        ) from None
-    return Allowed(network, port)
-
-
-def _port(text):
-    port = int(text)
-    if not 0 < port < 65536:
-        raise ValueError(text)
-    return port
 
 
 # --- The guard --------------------------------------------------------------

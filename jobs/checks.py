@@ -27,6 +27,10 @@ def check_settings(app_configs=None, **kwargs):
         conf.failure_targets()
     except ImproperlyConfigured as exc:
         errors.append(checks.Error(str(exc), id="jobs.E004"))
+    try:
+        conf.webhook_policy()
+    except ImproperlyConfigured as exc:
+        errors.append(checks.Error(str(exc), id="jobs.E007"))
     if errors:
         return errors  # the comparisons below read those numbers
     from jobs.cv.transport import CVConfig

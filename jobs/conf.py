@@ -58,6 +58,8 @@ DEFAULTS = {
     "JOBS_METRICS_WINDOW_SECONDS": 600.0,
     # Failure notices: at most one message per kind, error code and target this often.
     "JOBS_FAILURE_NOTIFY_WINDOW_SECONDS": 900.0,
+    # A webhook has this long for the whole delivery: connecting, sending, its whole answer.
+    "JOBS_FAILURE_WEBHOOK_TIMEOUT_SECONDS": 10.0,
     # The CV transport (Redis): heartbeats of CV workers, status and dedupe lifetimes.
     "CV_HEARTBEAT_TTL_S": 15.0,  # a CV worker silent this long has its jobs returned
     "CV_HEARTBEAT_INTERVAL_S": 5.0,
@@ -69,7 +71,7 @@ DEFAULTS = {
 
 # Numbers that must stay above 0 (the rest may be 0): a zero here would
 # make a loop spin or a key expire at once.
-MINIMUMS = {"JOBS_METRICS_WINDOW_SECONDS": 1, "CV_HEARTBEAT_TTL_S": 1, "CV_HEARTBEAT_INTERVAL_S": 0.1,
+MINIMUMS = {"JOBS_METRICS_WINDOW_SECONDS": 1, "JOBS_FAILURE_WEBHOOK_TIMEOUT_SECONDS": 0.1, "CV_HEARTBEAT_TTL_S": 1, "CV_HEARTBEAT_INTERVAL_S": 0.1,
             "CV_STATUS_TTL_S": 60, "CV_DEDUPE_TTL_S": 60, "CV_MAX_MESSAGE_BYTES": 1024}
 
 # Settings that are not numbers, with their defaults.
@@ -81,6 +83,8 @@ OTHER_DEFAULTS = {
     # E-mail addresses and/or http(s) webhook URLs told when a job fails for good.
     "JOBS_FAILURE_NOTIFY": [],
     "JOBS_SITE_URL": "",  # e.g. https://haulage.example.com: makes notices' admin links absolute
+    # Webhooks reach public addresses only, and these `ip[/prefix][:port]` (jobs/egress.py).
+    "JOBS_FAILURE_WEBHOOK_ALLOW": [],
     # "transaction": the default database is reached through a transaction
     # pooler (PgBouncer), so nothing may rely on a session through it.
     "JOBS_DATABASE_POOLER": "",
@@ -177,6 +181,17 @@ def failure_targets():
                     "http(s) URL.") from None
             emails.append(entry)
     return emails, urls
+
+
+def webhook_policy():
+    """Where failure webhooks may connect (JOBS_FAILURE_WEBHOOK_ALLOW); ImproperlyConfigured
+    names a bad entry."""
+    from jobs.egress import Policy
+
+    try:
+        return Policy.parse(getattr(settings, "JOBS_FAILURE_WEBHOOK_ALLOW", []))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"JOBS_FAILURE_WEBHOOK_ALLOW: {exc}") from None
 
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)

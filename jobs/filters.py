@@ -7,9 +7,13 @@ admin and `jobs retry --kind ...` select the same rows. A value that cannot
 be read is a FilterError saying how to write it; callers show it instead
 of guessing (an unread filter must never widen a bulk action to every job).
 
-The payload filter (`path=value`) asks PostgreSQL for JSON containment
-(`payload @> '{"path": value}'`), which the GIN index of migration 0010
-answers; SQLite compares JSON_EXTRACT of the path instead.
+The payload filter (`path=value`) names object keys, on both databases:
+`items.0=x` is the key "0" inside `items`, never the first element of a
+list. PostgreSQL is asked for JSON containment (`payload @> '{"path":
+value}'`), which the GIN index of migration 0010 answers; SQLite compares the
+JSON_TYPE and JSON_EXTRACT of a path whose keys are all quoted (Django's key
+lookups would read "0" as an array index there, and nest one expression per
+key, which recursion limits a few hundred keys deep).
 """
 
 import json
@@ -19,8 +23,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime, time, timedelta
 
 from django.db import connection
-from django.db.models import Q
-from django.db.models.fields.json import KeyTransform
+from django.db.models import CharField, Func, Q, Value
+from django.db.models.lookups import Exact, In
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
@@ -31,6 +35,9 @@ from jobs.models import JobStatus
 MAX_TEXT = 255  # no field filtered on is longer
 MAX_AGE = timedelta(days=36500)  # older than any job, and far from the calendar's end
 PAYLOAD_PATH = re.compile(r"[^.=\s][^.=]*(\.[^.=\s][^.=]*)*")
+MAX_PAYLOAD_KEYS = 16  # deeper than payloads are shaped; each key is one more level to compare
+# JSON_TYPE's answer for each kind of value the filter compares.
+SQLITE_TYPES = {str: ["text"], int: ["integer", "real"], float: ["integer", "real"]}
 
 
 class FilterError(ValueError):
@@ -119,8 +126,10 @@ class JobFilter:
 def parse_payload(text):
     """`path=value` as (keys, values): `a.b=7` is the key b inside a, equal to 7 or to "7".
 
-    The value is compared as text, and also as the JSON number, true, false
-    or null it spells; quote it ("7") to compare as text only.
+    Every key is an object's key, "0" too, and a path names at most
+    MAX_PAYLOAD_KEYS of them. The value is compared as text, and also as the
+    JSON number, true, false or null it spells; quote it ("7") to compare as
+    text only.
     """
     text = str(text).strip()
     path, equals, raw = text.partition("=")
@@ -128,6 +137,14 @@ def parse_payload(text):
     if not equals or not path or len(text) > 1000 or not PAYLOAD_PATH.fullmatch(path):
         raise FilterError(_("Write the payload filter as key=value, e.g. url=https://example.com "
                             "or video.id=42 for a key inside another."))
+    keys = tuple(key.strip() for key in path.split("."))
+    if len(keys) > MAX_PAYLOAD_KEYS:
+        raise FilterError(_("The payload filter names at most %(n)d keys, one inside another "
+                            "(this one names %(given)d).")
+                          % {"n": MAX_PAYLOAD_KEYS, "given": len(keys)})
+    if any('"' in key for key in keys):
+        # SQLite's JSON paths have no way to write one.
+        raise FilterError(_('A key of the payload filter cannot hold a double quote (").'))
     raw = raw.strip()
     try:
         parsed = json.loads(raw)
@@ -143,11 +160,11 @@ def parse_payload(text):
             values = [parsed]
         else:
             values = [raw, parsed]
-    return tuple(key.strip() for key in path.split(".")), values
+    return keys, values
 
 
 def payload_condition(path, values):
-    """A Q for jobs whose payload holds one of `values` at `path`."""
+    """A Q for jobs whose payload holds one of `values` at `path`, a tuple of object keys."""
     condition = Q()
     for value in values:
         if connection.vendor == "postgresql":
@@ -156,13 +173,23 @@ def payload_condition(path, values):
                 nested = {key: nested}
             condition |= Q(payload__contains=nested)  # @>, through the GIN index
         else:
-            expression = "payload"
-            for key in path:
-                expression = KeyTransform(key, expression)
-            # Built by hand (a key may hold "__"), so the value is given as JSON, as the
-            # field's own lookups pass it to JSON_EXTRACT.
-            condition |= Q(expression.get_lookup("exact")(expression, json.dumps(value)))
+            condition |= _sqlite_condition(path, value)
     return condition
+
+
+def _sqlite_condition(path, value):
+    """The value at `path` is `value`, of the same JSON type: SQLite's JSON_EXTRACT alone
+    reads true as 1."""
+    # Each key quoted, as the canonical payload text writes it ("\u00e9" for é): "0" is a key.
+    at = Value("$" + "".join(f".{json.dumps(key)}" for key in path))
+    found_type = Func("payload", at, function="JSON_TYPE", output_field=CharField())
+    if value is None or isinstance(value, bool):
+        return Q(Exact(found_type, json.dumps(value)))  # 'null', 'true' or 'false'
+    found = Func("payload", at, function="JSON_EXTRACT", output_field=CharField())
+    # The value read by SQLite's own JSON parser, as the payload's was (a number of any size).
+    wanted = Func(Value(json.dumps(value)), Value("$"), function="JSON_EXTRACT",
+                  output_field=CharField())
+    return Q(In(found_type, SQLITE_TYPES[type(value)])) & Q(Exact(found, wanted))
 
 
 def _statuses(text):

@@ -18,14 +18,17 @@ the failure. An outage must not send ten thousand messages:
    and, if more failed meanwhile, queues the next notice a window later.
 
 Delivery is at least once: a worker killed after sending, before its
-completion commits, sends that message again.
+completion commits, sends that message again. A webhook is posted through
+the engine's egress guard (jobs/egress.py): public addresses only, unless
+JOBS_FAILURE_WEBHOOK_ALLOW admits one, no redirect followed, and the whole
+delivery within JOBS_FAILURE_WEBHOOK_TIMEOUT_SECONDS. A message that cannot
+go (an unreachable or misconfigured mailer, a refused webhook) is a warning
+in the log with the reason, and is tried again.
 """
 
 import hashlib
 import json
 import logging
-import urllib.error
-import urllib.request
 from datetime import timedelta
 
 from django.core.mail import send_mail
@@ -34,14 +37,13 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from jobs import conf, queries
+from jobs import conf, egress, queries
 from jobs.exceptions import Retry
 from jobs.models import FailureNotice, Job, JobStatus
 
 log = logging.getLogger(__name__)
 
 KIND = "jobs.notify_failure"
-WEBHOOK_TIMEOUT_S = 10
 USER_AGENT = "haulage-failure-notice/1"
 
 
@@ -93,8 +95,7 @@ def send(payload):
     channel, address = target
     document = _document(notice)
     if channel == "mail":
-        subject, body = _mail(document)
-        send_mail(subject, body, None, address)
+        _send_mail(address, document)
     else:
         _post(address, document)
     return {"told": notice.pending}
@@ -169,17 +170,38 @@ def _mail(document):
     return subject, "\n".join(lines) + "\n"
 
 
-def _post(url, document):
-    request = urllib.request.Request(
-        url, data=json.dumps(document).encode(), method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": USER_AGENT})
+def _send_mail(addresses, document):
+    subject, body = _mail(document)
     try:
-        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as response:
-            response.read(65536)
-    except urllib.error.HTTPError as exc:
-        exc.close()  # it carries the refused response, and with it the socket
-        raise Retry(_("The webhook answered HTTP %(status)d.") % {"status": exc.code},
-                    code="webhook_refused") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise Retry(_("The webhook could not be reached: %(error)s") % {"error": exc},
-                    code="webhook_unreachable") from None
+        send_mail(subject, body, None, addresses)
+    except Exception as exc:  # the mailer's own errors: SMTP, sockets, its configuration
+        reason = f"{type(exc).__name__}: {exc}"
+        log.warning("A failure notice to %s could not be mailed (%s); it is tried again.",
+                    ", ".join(addresses), reason)
+        raise Retry(_("The notice could not be mailed: %(error)s") % {"error": reason},
+                    code="mail_failed") from None
+
+
+# Why a webhook delivery failed -> the notice job's error code.
+WEBHOOK_ERRORS = {
+    egress.Blocked: "webhook_blocked",
+    egress.Redirected: "webhook_redirected",
+    egress.Refused: "webhook_refused",
+    egress.TimedOut: "webhook_timeout",
+    egress.Unreachable: "webhook_unreachable",
+}
+
+
+def _post(url, document):
+    try:
+        egress.post_json(url, json.dumps(document).encode(), policy=conf.webhook_policy(),
+                         deadline_s=conf.JOBS_FAILURE_WEBHOOK_TIMEOUT_SECONDS,
+                         headers={"User-Agent": USER_AGENT})
+    except egress.DeliveryError as exc:
+        reason = str(exc)
+        if isinstance(exc, egress.Blocked):
+            reason += "; see JOBS_FAILURE_WEBHOOK_ALLOW"
+        log.warning("A failure notice to the webhook %s was not delivered (%s); it is tried again.",
+                    url, reason)
+        raise Retry(_("The webhook did not take the notice: %(error)s") % {"error": reason},
+                    code=WEBHOOK_ERRORS[type(exc)]) from None

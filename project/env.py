@@ -128,3 +128,40 @@ def get_redis_url(name):
             "or leave it unset for the embedded local mode."
         )
     return raw
+
+
+# EMAIL_BACKEND's short names for Django's own backends.
+MAIL_BACKENDS = {
+    "smtp": "django.core.mail.backends.smtp.EmailBackend",
+    "console": "django.core.mail.backends.console.EmailBackend",
+    "file": "django.core.mail.backends.filebased.EmailBackend",
+    "locmem": "django.core.mail.backends.locmem.EmailBackend",
+    "dummy": "django.core.mail.backends.dummy.EmailBackend",
+}
+
+
+def get_mailer(name, *, file_path):
+    """A MAILERS entry: `name` holds a short name of MAIL_BACKENDS (smtp when unset) or a
+    backend's dotted path. Each backend gets only the options it takes (Django refuses
+    others): SMTP the EMAIL_HOST... settings, the file backend EMAIL_FILE_PATH (default
+    `file_path`), the rest none."""
+    raw = os.environ.get(name, "").strip() or "smtp"
+    backend = MAIL_BACKENDS.get(raw.lower(), raw)
+    if "." not in backend:
+        raise SettingsError(f"{name} must be one of {', '.join(MAIL_BACKENDS)} or a backend's "
+                            f"dotted path (e.g. django.core.mail.backends.smtp.EmailBackend), "
+                            f"not {raw!r}.")
+    if backend == MAIL_BACKENDS["smtp"]:
+        options = {
+            "host": get_str("EMAIL_HOST", "localhost"),
+            "port": get_number("EMAIL_PORT", 25, int, minimum=1),
+            "username": get_str("EMAIL_HOST_USER"),
+            "password": get_str("EMAIL_HOST_PASSWORD"),
+            "use_tls": get_bool("EMAIL_USE_TLS", False),
+            "timeout": get_number("EMAIL_TIMEOUT", 10, int, minimum=1),  # a dead server fails the try
+        }
+    elif backend == MAIL_BACKENDS["file"]:
+        options = {"file_path": get_str("EMAIL_FILE_PATH", str(file_path))}
+    else:
+        options = {}
+    return {"BACKEND": backend, "OPTIONS": options}

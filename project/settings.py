@@ -148,6 +148,8 @@ CV_REDIS_PREFIX = env.get_str("CV_REDIS_PREFIX", jobs_conf.OTHER_DEFAULTS["CV_RE
 # http(s) webhook URLs, separated by commas; admin links start with JOBS_SITE_URL.
 JOBS_FAILURE_NOTIFY = env.get_list("JOBS_FAILURE_NOTIFY")
 JOBS_SITE_URL = env.get_str("JOBS_SITE_URL").strip().rstrip("/")
+# Webhooks reach public addresses only, and these `ip[/prefix][:port]` entries.
+JOBS_FAILURE_WEBHOOK_ALLOW = env.get_list("JOBS_FAILURE_WEBHOOK_ALLOW")
 
 # Django's @task functions run on Haulage's engine (jobs/backend.py).
 TASKS = {
@@ -193,26 +195,23 @@ Q_CLUSTER = {
     "label": _("Schedules"),
 }
 
-# --- Mail (failure notices) ---------------------------------------------------
-MAILERS = {
-    "default": {
-        "BACKEND": env.get_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend"),
-        "OPTIONS": {
-            "host": env.get_str("EMAIL_HOST", "localhost"),
-            "port": env.get_number("EMAIL_PORT", 25, int, minimum=1),
-            "username": env.get_str("EMAIL_HOST_USER"),
-            "password": env.get_str("EMAIL_HOST_PASSWORD"),
-            "use_tls": env.get_bool("EMAIL_USE_TLS", False),
-            "timeout": env.get_number("EMAIL_TIMEOUT", 10, int, minimum=1),  # a dead server fails the try
-        },
-    },
-}
+# --- Mail (failure notices, password resets) -------------------------------------
+# EMAIL_BACKEND: smtp (the default), console, file (under EMAIL_FILE_PATH), locmem,
+# dummy, or a backend's dotted path; each gets the options it takes.
+MAILERS = {"default": env.get_mailer("EMAIL_BACKEND", file_path=VAR_DIR / "mail")}
 DEFAULT_FROM_EMAIL = env.get_str("DEFAULT_FROM_EMAIL", "haulage@localhost")
 
 # --- Redis (unset = embedded local mode) ----------------------------------
 REDIS_URL = env.get_redis_url("REDIS_URL")
 
 # --- Accounts -------------------------------------------------------------
+# Failed logins per account and per client address, password resets per e-mail
+# and per address: past the limit within the window, refused (core/throttle.py).
+LOGIN_THROTTLE_LIMIT = env.get_number("LOGIN_THROTTLE_LIMIT", 10, int, minimum=1)
+LOGIN_THROTTLE_WINDOW_SECONDS = env.get_number("LOGIN_THROTTLE_WINDOW_SECONDS", 60.0, minimum=1)
+PASSWORD_RESET_THROTTLE_LIMIT = env.get_number("PASSWORD_RESET_THROTTLE_LIMIT", 5, int, minimum=1)
+PASSWORD_RESET_THROTTLE_WINDOW_SECONDS = env.get_number("PASSWORD_RESET_THROTTLE_WINDOW_SECONDS",
+                                                        3600.0, minimum=1)
 CSRF_FAILURE_VIEW = "core.views.csrf_failure"  # JSON for the API
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
@@ -243,10 +242,14 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the cookie-less meta tag; harmless either way
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# Only a proxy in front may say a request came over HTTPS (X-Forwarded-Proto) and from
+# whom (the last X-Forwarded-For address): without one, any client could say so.
+BEHIND_PROXY = env.get_bool("BEHIND_PROXY", False)
+if BEHIND_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 if not DEBUG:
     SECURE_SSL_REDIRECT = env.get_bool("SECURE_SSL_REDIRECT", True)
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = env.get_number("SECURE_HSTS_SECONDS", 31536000, int, minimum=0)

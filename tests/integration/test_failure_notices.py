@@ -45,6 +45,7 @@ def webhook():
 @pytest.fixture
 def notify(settings, webhook):
     settings.JOBS_FAILURE_NOTIFY = [webhook.url, "ops@example.com", "oncall@example.com"]
+    settings.JOBS_FAILURE_WEBHOOK_ALLOW = [f"127.0.0.1:{webhook.server_address[1]}"]  # a loopback hook
     settings.JOBS_FAILURE_NOTIFY_WINDOW_SECONDS = 3600
     settings.JOBS_SITE_URL = "https://haulage.example.com"
     return settings
