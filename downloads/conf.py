@@ -117,6 +117,27 @@ def wall_clock_cap_s():
                     lambda name, default: env.get_number(name, default, minimum=1))
 
 
+def memory_limit_bytes():
+    """DOWNLOADS_MEMORY_LIMIT: the most memory (heap and other private writable memory,
+    RLIMIT_DATA) each process of a download or an edit may use (the child and each ffmpeg it
+    starts), e.g. 2G; 0 means no cap. A real download's child uses about 80 MiB and an ffmpeg
+    re-encoding 1080p about 450 MiB on two cores; ffmpeg's threads (8 MiB of stack each) grow
+    with the cores. Read when the kinds are registered (process start)."""
+    return memory_bytes("DOWNLOADS_MEMORY_LIMIT", 2 * 1024**3)
+
+
+def max_page_bytes():
+    """DOWNLOADS_MAX_PAGE_BYTES: the most of one reply a download or a subscription check reads
+    when yt-dlp holds it in memory (a web page, JSON, a playlist) or its type is not media,
+    e.g. 8M; past it the download fails as too large. Media streams to disk, bounded by the
+    size limits instead. A big site's video page is a megabyte or two of HTML."""
+    raw = _setting("DOWNLOADS_MAX_PAGE_BYTES", 8 * 1024**2, env.get_str)
+    value = parse_bytes("DOWNLOADS_MAX_PAGE_BYTES", raw)
+    if value < 64 * 1024:
+        raise env.SettingsError(f"DOWNLOADS_MAX_PAGE_BYTES must be at least 64K, not {raw!r}.")
+    return value
+
+
 def segment_automatically():
     """DOWNLOADS_SEGMENT_AUTOMATICALLY: split every finished video into shots (CV) on its own."""
     return _setting("DOWNLOADS_SEGMENT_AUTOMATICALLY", True, env.get_bool)
@@ -140,6 +161,18 @@ def parse_bytes(name, raw):
             f"not {raw!r}.")
     number, unit = match.groups()
     return int(float(number) * BYTE_UNITS[unit])
+
+
+MIN_MEMORY_BYTES = 256 * 1024**2  # less cannot start a download's Python child
+
+
+def memory_bytes(name, default):
+    """A process's memory limit in bytes from setting `name` (e.g. "2G"); None for 0 (no cap)."""
+    raw = _setting(name, default, env.get_str)
+    value = parse_bytes(name, raw) if raw not in ("", None) else default
+    if 0 < value < MIN_MEMORY_BYTES:
+        raise env.SettingsError(f"{name} must be 0 (no cap) or at least 256M, not {raw!r}.")
+    return value or None
 
 
 def media_max_bytes():

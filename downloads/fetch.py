@@ -122,7 +122,8 @@ def transfer(ctx, download, asset, token):
                                         staging_dir=storage.staging_dir(asset.pk),
                                         on_progress=report, should_stop=alive, max_bytes=limit)
     except TooLarge as exc:
-        if binding == "quota" and not isinstance(exc, QuotaExceeded):
+        # The quota's limit, not a page's (DOWNLOADS_MAX_PAGE_BYTES): the owner's storage is full.
+        if binding == "quota" and exc.limit_bytes == limit and not isinstance(exc, QuotaExceeded):
             raise QuotaExceeded(str(exc), size_bytes=exc.size_bytes,
                                 limit_bytes=exc.limit_bytes) from exc
         raise

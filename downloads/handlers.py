@@ -11,8 +11,10 @@ and the asset's (limit 1 while it is being made, raised once it is ready, so
 exactly one attempt fetches a file and everyone else waits for it without
 spinning). A fetch also carries its site's (downloads/sites.py): a
 concurrency key and a rate key "site:<domain>", so a long playlist starts at
-DOWNLOADS_SITE_RATE and runs DOWNLOADS_SITE_CONCURRENCY at a time. Stall timeouts and the rest are read from settings when this
-module is imported, i.e. when a worker starts.
+DOWNLOADS_SITE_RATE and runs DOWNLOADS_SITE_CONCURRENCY at a time. Each process
+of a fetch or an edit may use at most DOWNLOADS_MEMORY_LIMIT of memory. Stall
+timeouts and the rest are read from settings when this module is imported,
+i.e. when a worker starts.
 """
 
 from django.utils.translation import gettext_lazy as _
@@ -40,6 +42,9 @@ def _options():
         "stall_timeout_s": conf.stall_timeout_s(),
         "kill_grace_s": conf.kill_grace_s(),
         "wall_clock_cap_s": conf.wall_clock_cap_s(),
+        # yt-dlp reads what a URL answers into memory, and ffmpeg decodes what it is given:
+        # a hostile server or file must not take the machine's memory with it.
+        "limits": {"data_bytes": conf.memory_limit_bytes()},  # None: no cap
     }
 
 

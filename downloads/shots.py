@@ -10,7 +10,10 @@ A CV worker writes its result document (downloads.cv's shapes) and images
 under MEDIA_ROOT/cv/<job id>/; the engine hands the document to `*_ingest`
 inside the transaction that completes the job, so the rows and the job's
 success are one commit. Shots belong to the asset, so everyone who holds it
-shares them.
+shares them, and finding them again replaces them for everyone, deleting the
+analyses and notes made on them: so a holder may do it only while no other
+holder has such results on them (`others_hold_results`), checked when it is
+asked for and again when the new shots arrive.
 """
 
 import logging
@@ -21,12 +24,14 @@ from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from downloads import conf, cvresults
 from downloads.models import Download, DownloadStatus, MediaAsset, Shot
+from insights.models import Insight, InsightKind, InsightStatus
 from jobs import selectors as job_selectors
 from jobs import services as jobs
-from jobs.exceptions import IllegalTransition
+from jobs.exceptions import Fail, IllegalTransition
 from jobs.models import JobStatus
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,20 @@ log = logging.getLogger(__name__)
 SEGMENT_KIND = "downloads.segment"
 ANALYZE_KIND = "downloads.analyze"
 CV_KINDS = (SEGMENT_KIND, ANALYZE_KIND)
+
+
+SHOTS_IN_USE = gettext_lazy(
+    "Someone else who downloaded this video has notes or analyses on its shots: finding the "
+    "shots again would delete them, so the shots stay as they are.")
+
+
+class ShotsInUse(IllegalTransition):
+    """Finding an asset's shots again would delete results another holder has on them."""
+
+    code = "shots_in_use"
+
+    def __init__(self):
+        super().__init__(str(SHOTS_IN_USE))
 
 
 def _folder(job_id):
@@ -67,6 +86,8 @@ def asset_segment(asset, *, owner=None, check_transport=True, after=None):
         ready = _lock_ready(asset)
         if ready is None or not ready.is_video:
             raise IllegalTransition(_("Only a finished video can be split into shots."))
+        if others_hold_results(ready.pk, owner.pk if owner is not None else None):
+            raise ShotsInUse()
         job = jobs.enqueue(SEGMENT_KIND, {"asset": ready.pk, "file": ready.file}, owner=owner,
                            depends_on=[after] if after is not None else None,
                            on_dependency_failure="run")
@@ -77,6 +98,21 @@ def asset_segment(asset, *, owner=None, check_transport=True, after=None):
 def _lock_ready(asset):
     return MediaAsset.objects.select_for_update().filter(
         pk=asset.pk, state=MediaAsset.State.READY).first()
+
+
+def others_hold_results(asset_id, owner_id):
+    """Whether a holder of the asset other than user `owner_id` has results on its shots: notes
+    on one (an insight with its text, or on its way) or an analysis they asked for."""
+    shot_ids = list(Shot.objects.filter(asset_id=asset_id).values_list("pk", flat=True))
+    if not shot_ids:
+        return False
+    others = Download.objects.filter(asset_id=asset_id).exclude(owner_id=owner_id).values("owner_id")
+    notes = Insight.objects.filter(
+        kind=InsightKind.SHOT_NOTES, owner_id__in=others, subject__in=[str(pk) for pk in shot_ids],
+    ).exclude(status__in=[InsightStatus.FAILED, InsightStatus.CANCELLED], text="")
+    analysed = Shot.objects.filter(pk__in=shot_ids, analysis__isnull=False,
+                                   analysis_job__owner_id__in=others)
+    return notes.exists() or analysed.exists()
 
 
 def asset_segment_if_wanted(asset_id, *, owner=None, after=None):
@@ -130,6 +166,10 @@ def segment_ingest(job, data):
     if asset is None or (asset.segment_job_id not in (None, job.pk)
                          and asset.segment_job_id > job.pk):
         return {"stale": True}  # a newer segmentation was asked for meanwhile
+    if others_hold_results(asset_id, job.owner_id):
+        # Another holder's notes or analyses came while this ran: theirs stay, these go.
+        _discard_folders({str(job.pk)})
+        raise Fail(str(SHOTS_IN_USE), code=ShotsInUse.code)
     asset_forget_shots(asset_id, keep=job.pk)
     folder = _folder(job.pk)
     Shot.objects.bulk_create(Shot(
@@ -188,8 +228,9 @@ def job_state(job):
     """A CV job as pages and the API show it; None when there is none."""
     if job is None:
         return None
+    error = SHOTS_IN_USE if job.error_code == ShotsInUse.code else job.error
     state = {"status": job.status.lower(), "progress": job.progress, "phase": job.phase or None,
-             "message": job.progress_message or None, "error": job.error or None,
+             "message": job.progress_message or None, "error": str(error) if error else None,
              "error_code": job.error_code or None, "queue_position": None, "waiting_reason": None}
     if job.status == JobStatus.READY:
         standing = job_selectors.standing(job)

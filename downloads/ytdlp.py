@@ -9,6 +9,10 @@ progress it reports and kills it when it stalls.
     result = run_download(url, fmt="best", staging_dir=folder,
                           on_progress=write_row, should_stop=stop_requested.is_set)
 
+Every HTTP reply yt-dlp opens is read through `ReplyCaps`: what is read whole
+into memory (a page, JSON, a playlist), and any reply whose type is not media,
+stops at DOWNLOADS_MAX_PAGE_BYTES; no reply passes the download's byte limit.
+
 Staging contract: a file in `staging_dir` is either the finished result or a
 partial one (`*.part`, `*.ytdl`). Cancelled (pause or cancel) leaves the
 partial so the same call resumes from it; the caller deletes it with
@@ -82,6 +86,12 @@ FORMAT_SELECTORS = {
     "audio": "ba{p}/b{p}",
 }
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# What a server calls a file to save rather than a document to read. A reply
+# of another type, or of none, is a page to yt-dlp, read whole into memory.
+MEDIA_TYPE = re.compile(
+    r"^(?:(?:video|audio|image)/|(?:application|binary)/(?:x-)?octet-stream\b"
+    r"|application/(?:x-)?(?:force-)?download\b|application/(?:mp4|ogg|x-matroska)\b)")
+READ_CHUNK_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -199,15 +209,105 @@ class _Log:
         log.info("%s", message)  # the failure itself reaches the caller as an exception
 
 
+# --- Reading replies ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReplyCaps:
+    """How much of one HTTP reply may be read: `page_bytes` of a reply read whole or not media,
+    `max_bytes` (None: no limit) of any."""
+
+    page_bytes: int
+    max_bytes: int | None = None
+
+    def wrap(self, reply):
+        """`reply` read through these caps; refused at once when its announced size breaks them."""
+        capped = _CappedReply(reply, self)
+        announced = reply.headers.get("Content-Length", "")
+        if announced.isdigit() and not reply.headers.get("Content-Encoding"):
+            limit, page = capped.limit(whole=False)
+            if limit is not None and int(announced) > limit:
+                reply.close()
+                raise capped.refusal(limit, page=page, size_bytes=int(announced))
+        return capped
+
+
+class _CappedReply(Response):
+    """A reply that raises TooLarge instead of reading past its caps.
+
+    yt-dlp's extractors read a page whole (`read()`) to look for media in it,
+    the generic one whatever type the server gave it, so a read without a size
+    is always held to the page limit; the downloaders stream media to disk in
+    sized reads, which only a type that is not media holds to it. At most one
+    byte past a limit is ever read.
+    """
+
+    def __init__(self, reply, caps):
+        super().__init__(reply, url=reply.url, headers=reply.headers, status=reply.status,
+                         reason=reply.reason, extensions=reply.extensions)
+        self.caps = caps
+        self.media = bool(MEDIA_TYPE.match((reply.headers.get("Content-Type") or "").lower()))
+        self.received = 0
+
+    def limit(self, *, whole):
+        """(bytes this reply may deliver, whether that is the page limit) for a read of this kind."""
+        page = whole or not self.media
+        max_bytes = self.caps.max_bytes
+        if page and (max_bytes is None or self.caps.page_bytes < max_bytes):
+            return self.caps.page_bytes, True
+        return max_bytes, False
+
+    def read(self, amt=None):
+        whole = amt is None or amt < 0
+        limit, page = self.limit(whole=whole)
+        chunks = []
+        while True:
+            size = READ_CHUNK_BYTES if whole else amt
+            if limit is not None:
+                size = min(size, limit - self.received + 1)
+            data = self.fp.read(size)
+            self.received += len(data)
+            if limit is not None and self.received > limit:
+                raise self.refusal(limit, page=page)
+            if not whole:
+                return data
+            if not data:
+                return b"".join(chunks)
+            chunks.append(data)
+
+    def refusal(self, limit, *, page, size_bytes=None):
+        if not page:
+            return _too_large(size_bytes, limit)
+        kind = self.headers.get("Content-Type") or "no type"
+        return TooLarge(
+            f"{self.url} answered with more than {limit} bytes of {kind}, read whole or not "
+            f"media: refused (see DOWNLOADS_MAX_PAGE_BYTES).",
+            size_bytes=size_bytes, limit_bytes=limit,
+            message=_("The address answered with a large page, not a video or audio file."))
+
+
 # --- Running ----------------------------------------------------------------
 
 class _YoutubeDL(yt_dlp.YoutubeDL):
-    """YoutubeDL that checks what each downloaded file really is before post-processing.
+    """YoutubeDL that reads every reply through `caps` and checks what each downloaded file
+    really is before post-processing.
 
-    post_process() is where yt-dlp starts every post-processor, fixups and
-    merges included; files found already complete in the staging folder
-    (a resumed download) reach it without passing the download hooks.
+    urlopen() is the one door of yt-dlp's extractors and downloaders to the
+    network. post_process() is where yt-dlp starts every post-processor,
+    fixups and merges included; files found already complete in the staging
+    folder (a resumed download) reach it without passing the download hooks.
     """
+
+    def __init__(self, params, *, caps):
+        super().__init__(params)
+        self.caps = caps
+
+    def urlopen(self, req):
+        try:
+            return self.caps.wrap(super().urlopen(req))
+        except HTTPError as exc:
+            # An extractor may read an error's body: capped, but never refused for its size alone.
+            exc.response = _CappedReply(exc.response, self.caps)
+            raise
 
     def post_process(self, filename, info, files_to_move=None):
         for path in info.get("__files_to_merge") or [filename]:
@@ -379,7 +479,8 @@ def run_download(url, *, fmt, staging_dir, on_progress=None, should_stop=None, m
     postprocessor, at most every `progress_interval_s` (plus phase changes).
     should_stop() is asked at every progress tick (many a second: read a flag,
     do not query); True raises Cancelled and keeps the partial file. Over `max_bytes` raises TooLarge: before any byte
-    when the size is announced, as soon as the bytes pass it otherwise.
+    when the size is announced, as soon as the bytes pass it otherwise; so does a page (a
+    reply that is not media, or read whole) over DOWNLOADS_MAX_PAGE_BYTES.
     Raises a downloads.errors.DownloadFailed subclass on any failure.
     """
     policy = egress.EgressPolicy.from_conf() if policy is None else policy
@@ -421,7 +522,8 @@ def run_download(url, *, fmt, staging_dir, on_progress=None, should_stop=None, m
 
 
 def _extract(run, url, options):
-    with _YoutubeDL(options) as ydl:
+    caps = ReplyCaps(page_bytes=conf.max_page_bytes(), max_bytes=run.max_bytes)
+    with _YoutubeDL(options, caps=caps) as ydl:
         run.ydl = ydl
         ydl.add_post_processor(_StepPP(run.before_processing), when="pre_process")
         ydl.add_post_processor(_StepPP(run.before_download), when="before_dl")
@@ -463,7 +565,7 @@ def list_entries(url, limit=None, *, policy=None, socket_timeout_s=None, retries
     }
     with egress.install(policy) as guard:
         try:
-            with yt_dlp.YoutubeDL(options) as ydl:
+            with _YoutubeDL(options, caps=ReplyCaps(page_bytes=conf.max_page_bytes())) as ydl:
                 info = ydl.extract_info(url, download=False) or {}
         except (YoutubeDLError, OSError) as exc:
             raise _failure(exc, guard) from exc

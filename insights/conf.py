@@ -57,6 +57,12 @@ def read_timeout_s():
     return _setting("INSIGHTS_READ_TIMEOUT_SECONDS", 300.0, _number(minimum=0.1))
 
 
+def max_answer_bytes():
+    """INSIGHTS_MAX_ANSWER_BYTES: the largest answer read from the gateway (1 MiB); a longer one
+    fails the generation (`answer_too_large`). A completion of 800 tokens is a few kilobytes."""
+    return _setting("INSIGHTS_MAX_ANSWER_BYTES", 1024**2, _number(int, minimum=1024))
+
+
 def concurrency():
     """INSIGHTS_CONCURRENCY: generations running at once across the deployment (seeds the queue)."""
     return _setting("INSIGHTS_CONCURRENCY", 1, _number(int, minimum=1))

@@ -6,7 +6,10 @@ or a 503 with a Retry-After) snoozes the job until then, spending no attempt,
 so a busy gateway cannot use up an insight's attempts; another server error
 (5xx) or an unreachable gateway is worth another attempt (`Retry`, with the
 gateway's Retry-After when it sent one); any other 4xx will fail the same way
-every time (`Fail`, with the gateway's own message).
+every time (`Fail`, with the gateway's own message). An answer is read as it
+streams in, and one longer than INSIGHTS_MAX_ANSWER_BYTES is refused as soon as
+it passes that (`Fail`, `answer_too_large`): a gateway gone wrong cannot fill
+the worker's memory.
 
 The local generator needs nothing: it writes a short, deterministic summary
 from the same facts, so the pipeline works offline and in tests.
@@ -91,7 +94,9 @@ def gateway_generate(kind, facts, *, language):
         "max_tokens": MAX_TOKENS,
         "temperature": 0.3,
     }
-    headers = {"Accept": "application/json"}
+    # Uncompressed: the answer's size limit then counts what is held in memory, not a
+    # compressed body that expands a thousandfold.
+    headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
     if conf.api_key():
         headers["Authorization"] = f"Bearer {conf.api_key()}"
     # Imported here, not at the top: every worker and child process loads this
@@ -102,8 +107,9 @@ def gateway_generate(kind, facts, *, language):
     try:
         # A fresh client per generation: they are minutes apart, and a pooled
         # connection the gateway closed meanwhile would only fail the next one.
-        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-            response = client.post(url, json=body, headers=headers)
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client, \
+                client.stream("POST", url, json=body, headers=headers) as streamed:
+            response = _read_capped(streamed, conf.max_answer_bytes())
     except httpx.TimeoutException as exc:
         raise Retry(gettext("The AI gateway did not answer in time (%(error)s).")
                     % {"error": type(exc).__name__}, code="gateway_timeout") from exc
@@ -111,6 +117,30 @@ def gateway_generate(kind, facts, *, language):
         raise Retry(gettext("The AI gateway could not be reached (%(error)s).")
                     % {"error": type(exc).__name__}, code="gateway_unreachable") from exc
     return Generated(_answer(response), Generator.GATEWAY, model)
+
+
+def _read_capped(streamed, limit):
+    """The streamed answer, read whole; `Fail` as soon as it passes `limit` bytes."""
+    import httpx
+
+    announced = streamed.headers.get("Content-Length", "")
+    if announced.isdigit() and int(announced) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    for chunk in streamed.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    # Decoded already: the copy keeps no Content-Encoding that would decode it twice.
+    headers = [(name, value) for name, value in streamed.headers.multi_items()
+               if name.lower() != "content-encoding"]
+    return httpx.Response(streamed.status_code, headers=headers, content=bytes(body),
+                          request=streamed.request)
+
+
+def _too_large(limit):
+    return Fail(gettext("The AI gateway answered with more than %(limit)s; the answer was "
+                        "refused.") % {"limit": filesizeformat(limit)}, code="answer_too_large")
 
 
 def _answer(response):

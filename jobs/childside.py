@@ -19,7 +19,7 @@ The protocol between the two sides, all through the child's environment:
     descendant, so a process that left the process group (`setsid`) is still
     found by scanning ``/proc/*/environ`` (see `job_processes`).
 ``HAULAGE_LIMITS``
-    Resource limits, e.g. ``as=536870912,fsize=1048576,cpu=30`` (`Limits`).
+    Resource limits, e.g. ``data=1073741824,fsize=1048576,cpu=30`` (`Limits`).
 
 How a hit limit shows in the child's exit status (`limit_hit` reads it back):
 
@@ -31,7 +31,7 @@ CPU time            signal SIGXCPU (a program that catches or ignores it gets
 file size           exit code `EXIT_FILE_SIZE` from `run()` (Python ignores
                     SIGXFSZ and raises EFBIG); signal SIGXFSZ from a program
                     that does not ignore it
-address space       exit code `EXIT_ADDRESS_SPACE` from `run()` (MemoryError)
+memory (as, data)   exit code `EXIT_ADDRESS_SPACE` from `run()` (MemoryError)
 ==================  ==========================================================
 """
 
@@ -78,14 +78,18 @@ class Limits:
     Every limit is per process (rlimits are inherited, not shared): a child
     with a 30 s CPU limit may start an ffmpeg that also gets 30 s. Address
     space counts reservations, not use: thread stacks and libraries such as
-    OpenCV map far more than they touch, so size it from a real run.
+    OpenCV map far more than they touch, so size it from a real run. Data
+    (RLIMIT_DATA) counts only private writable memory (heap, anonymous maps,
+    thread stacks): the closer bound on what a process really uses.
     """
 
     address_space_bytes: int | None = None
+    data_bytes: int | None = None
     file_size_bytes: int | None = None
     cpu_time_s: int | None = None
 
-    _KEYS = (("as", "address_space_bytes"), ("fsize", "file_size_bytes"), ("cpu", "cpu_time_s"))
+    _KEYS = (("as", "address_space_bytes"), ("data", "data_bytes"), ("fsize", "file_size_bytes"),
+             ("cpu", "cpu_time_s"))
 
     def __bool__(self) -> bool:
         return any(getattr(self, field) is not None for _, field in self._KEYS)
@@ -113,6 +117,8 @@ class Limits:
         pairs = []
         if self.address_space_bytes is not None:
             pairs.append((resource.RLIMIT_AS, (self.address_space_bytes,) * 2))
+        if self.data_bytes is not None:
+            pairs.append((resource.RLIMIT_DATA, (self.data_bytes,) * 2))
         if self.file_size_bytes is not None:
             pairs.append((resource.RLIMIT_FSIZE, (self.file_size_bytes,) * 2))
         if self.cpu_time_s is not None:

@@ -75,3 +75,13 @@ def check_wall_clock_cap_s():
 def check_kill_grace_s():
     """SUBSCRIPTIONS_CHECK_KILL_GRACE_S: seconds between TERM and KILL when a check is stopped."""
     return _setting("SUBSCRIPTIONS_CHECK_KILL_GRACE_S", 5.0, _seconds(0))
+
+
+def check_memory_limit_bytes():
+    """SUBSCRIPTIONS_CHECK_MEMORY_LIMIT: the most memory (RLIMIT_DATA: heap and other private
+    writable memory) a check's process may use, e.g. 1G; 0 means no cap. A check lists a
+    playlist with yt-dlp in about 80 MiB; the pages it reads are capped by
+    DOWNLOADS_MAX_PAGE_BYTES."""
+    from downloads.conf import memory_bytes
+
+    return memory_bytes("SUBSCRIPTIONS_CHECK_MEMORY_LIMIT", 1024**3)

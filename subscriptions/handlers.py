@@ -2,7 +2,8 @@
 
 subscriptions.check   list a subscription's entries with yt-dlp and request downloads of the
                       new ones, in a supervised child process (yt-dlp runs under the egress
-                      guard, which patches the whole process's sockets: never in a worker thread)
+                      guard, which patches the whole process's sockets: never in a worker thread),
+                      its memory capped (SUBSCRIPTIONS_CHECK_MEMORY_LIMIT)
 
 One live check per subscription (unique key), and one running check per
 user at a time (the `subscriber:<id>` key), so one user's hundred
@@ -39,6 +40,7 @@ def _keys(payload, owner):
         "stall_timeout_s": conf.check_stall_timeout_s(),
         "kill_grace_s": conf.check_kill_grace_s(),
         "wall_clock_cap_s": conf.check_wall_clock_cap_s(),
+        "limits": {"data_bytes": conf.check_memory_limit_bytes()},  # None: no cap
     },
 )
 def check_subscription(ctx, payload):
