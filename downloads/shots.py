@@ -28,7 +28,6 @@ from django.utils.translation import gettext_lazy
 
 from downloads import conf, cvresults
 from downloads.models import Download, DownloadStatus, MediaAsset, Shot
-from insights.models import Insight, InsightKind, InsightStatus
 from jobs import selectors as job_selectors
 from jobs import services as jobs
 from jobs.exceptions import Fail, IllegalTransition
@@ -100,19 +99,22 @@ def _lock_ready(asset):
         pk=asset.pk, state=MediaAsset.State.READY).first()
 
 
+# What other apps make from shots, each a function (shot ids, owner ids query) -> whether
+# those owners hold any: registered by those apps (insights' notes), which depend on this
+# one, never the reverse.
+SHOT_RESULTS = []
+
+
 def others_hold_results(asset_id, owner_id):
-    """Whether a holder of the asset other than user `owner_id` has results on its shots: notes
-    on one (an insight with its text, or on its way) or an analysis they asked for."""
+    """Whether a holder of the asset other than user `owner_id` has results on its shots: an
+    analysis they asked for, or what another app made from one (notes, SHOT_RESULTS)."""
     shot_ids = list(Shot.objects.filter(asset_id=asset_id).values_list("pk", flat=True))
     if not shot_ids:
         return False
     others = Download.objects.filter(asset_id=asset_id).exclude(owner_id=owner_id).values("owner_id")
-    notes = Insight.objects.filter(
-        kind=InsightKind.SHOT_NOTES, owner_id__in=others, subject__in=[str(pk) for pk in shot_ids],
-    ).exclude(status__in=[InsightStatus.FAILED, InsightStatus.CANCELLED], text="")
     analysed = Shot.objects.filter(pk__in=shot_ids, analysis__isnull=False,
                                    analysis_job__owner_id__in=others)
-    return notes.exists() or analysed.exists()
+    return analysed.exists() or any(holds(shot_ids, others) for holds in SHOT_RESULTS)
 
 
 def asset_segment_if_wanted(asset_id, *, owner=None, after=None):

@@ -9,6 +9,11 @@ class InsightsConfig(AppConfig):
     verbose_name = _("Insights")
 
     def ready(self):
+        from downloads import shots
+        from insights.selectors import notes_held
         from jobs import selectors
 
         selectors.describe_key("insights-user", _("Your other insights are being written."))
+        # A shared video's shots are not found again under another holder's notes.
+        if notes_held not in shots.SHOT_RESULTS:
+            shots.SHOT_RESULTS.append(notes_held)

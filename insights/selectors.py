@@ -336,3 +336,10 @@ def queue_names_of(entries):
     """The queues whose settings the queue page shows: the insights queue in force and those
     in use."""
     return {conf.queue()} | {entry.job.queue for entry in entries}
+
+
+def notes_held(shot_ids, owner_ids):
+    """Whether any of `owner_ids` has notes on one of `shot_ids`: written, or on their way."""
+    return Insight.objects.filter(
+        kind=InsightKind.SHOT_NOTES, owner_id__in=owner_ids, subject__in=[str(pk) for pk in shot_ids],
+    ).exclude(status__in=[InsightStatus.FAILED, InsightStatus.CANCELLED], text="").exists()

@@ -49,7 +49,7 @@ class Policy:
     # Nothing re-arms a job nobody asks for.
     cooldown_s: float | None = None
     # Options for the process / redis modes: stall_timeout_s, wall_clock_cap_s,
-    # kill_grace_s, poll_interval_s, limits={address_space_bytes, file_size_bytes, cpu_time_s}.
+    # kill_grace_s, poll_interval_s, limits={address_space_bytes, data_bytes, file_size_bytes, cpu_time_s}.
     options: dict = field(default_factory=dict)
     # `finished(job)`: inside the transaction that gives a job its final state
     # (SUCCESSFUL, FAILED, CANCELLED), write the app's own copy of that state,
