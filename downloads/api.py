@@ -158,6 +158,8 @@ def downloads(request):
             name=form.cleaned_data["name"])
     except ValidationError as exc:
         return error(400, "invalid", exc.messages[0], errors={"url": exc.messages})
+    except services.TooFast as exc:
+        return error(429, "rate_limited", str(exc))
     except services.QueueFull as exc:
         return error(429, "queue_full", str(exc))
     download = selectors.download_of(request.user, download.pk)
@@ -260,6 +262,8 @@ def segment(request, download_id):
         return error(409, "illegal_transition", str(exc))
     except TransportUnavailable as exc:
         return _cv_queue_unavailable(exc)
+    except shots.CVQueueFull as exc:
+        return error(429, "queue_full", str(exc), limit=exc.limit)
     return JsonResponse({"segment": shots.job_state(job)}, status=202)
 
 
@@ -296,4 +300,6 @@ def analyze(request, shot_id):
         return error(409, "illegal_transition", str(exc))
     except TransportUnavailable as exc:
         return _cv_queue_unavailable(exc)
+    except shots.CVQueueFull as exc:
+        return error(429, "queue_full", str(exc), limit=exc.limit)
     return JsonResponse({"shot": shot.pk, "analysis_job": shots.job_state(job)}, status=202)

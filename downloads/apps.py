@@ -15,3 +15,4 @@ class DownloadsConfig(AppConfig):
         selectors.describe_key("user", _("Your other downloads are running."))
         selectors.describe_key("asset", _("The same video is downloading for someone else."))
         selectors.describe_key("site", _("Other downloads from the same site are running."))
+        selectors.describe_key("cv-user", _("Your other shot detections and analyses are running."))

@@ -73,6 +73,42 @@ def max_file_bytes():
                     lambda name, default: env.get_number(name, default, kind=int, minimum=0))
 
 
+def default_rate():
+    """DOWNLOADS_DEFAULT_RATE: downloads one user may ask for per period ("30/m"), those served
+    at once from the cache included, so a burst of cache hits is refused like any other."""
+    from jobs.limits import parse_rate
+
+    value = str(_setting("DOWNLOADS_DEFAULT_RATE", "30/m", env.get_str)).strip()
+    try:
+        parse_rate(value)
+    except ValueError as exc:
+        raise env.SettingsError(f"DOWNLOADS_DEFAULT_RATE: {exc}") from None
+    return value
+
+
+# --- Computer vision, per user --------------------------------------------------
+
+def cv_concurrent():
+    """DOWNLOADS_CV_CONCURRENT: one user's CV jobs (shot detection, analyses) running at once
+    (the engine key "cv-user:<id>"; staff change one user's in their quota)."""
+    return _setting("DOWNLOADS_CV_CONCURRENT", 2,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+
+
+def cv_queued():
+    """DOWNLOADS_CV_QUEUED: one user's CV jobs queued, running or paused at once; a request past
+    it is refused (429). The default of a quota's "CV jobs queued" (staff change it there)."""
+    return _setting("DOWNLOADS_CV_QUEUED", 20,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+
+
+def shots_per_request():
+    """DOWNLOADS_SHOTS_PER_REQUEST: shots one "Analyse all shots" queues at most (the rest are
+    queued by asking again once those are measured)."""
+    return _setting("DOWNLOADS_SHOTS_PER_REQUEST", 20,
+                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+
+
 # --- Per site (the registrable domain of a download's URL; downloads/sites.py) ---
 
 def site_rate():

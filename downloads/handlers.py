@@ -78,7 +78,13 @@ def _not_here(ctx, payload):
     raise AssertionError("redis-mode jobs run on CV workers (downloads/cvhandlers.py), not here")
 
 
-CV_POLICY = {"mode": "redis", "queue": "cv", "max_attempts": 3}
+def _cv_user_key(payload, owner):
+    # One user's CV work runs a few at a time: a burst of analyses waits behind its own key.
+    return [f"cv-user:{owner.pk}"] if owner is not None else []
+
+
+CV_POLICY = {"mode": "redis", "queue": "cv", "max_attempts": 3, "concurrency_keys": _cv_user_key,
+             "default_limits": {"cv-user": conf.cv_concurrent()}}
 
 kind("downloads.segment", label=_("Shot detection"), unique_key=lambda payload, owner: f"segment:{payload['asset']}",
      options={"cv_type": "segment"}, ingest=shots.segment_ingest, **CV_POLICY)(_not_here)

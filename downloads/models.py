@@ -180,8 +180,16 @@ class DownloadQuota(models.Model):
         validators=[MaxValueValidator(MAX_QUEUED)])
     storage_bytes = models.PositiveBigIntegerField(
         _("storage (bytes)"), default=conf.default_storage_bytes)
+    max_concurrent_cv = models.PositiveIntegerField(
+        _("CV jobs running at once"), default=conf.cv_concurrent,
+        validators=[MaxValueValidator(UNLIMITED)],
+        help_text=_("Shot detection and shot analyses of this user's videos."))
+    max_queued_cv = models.PositiveIntegerField(
+        _("CV jobs queued, running or paused"), default=conf.cv_queued,
+        validators=[MaxValueValidator(MAX_QUEUED)])
     unlimited = models.BooleanField(
-        _("unlimited"), default=False, help_text=_("No caps at all: concurrency, queue or storage."))
+        _("unlimited"), default=False,
+        help_text=_("No caps at all: concurrency, queue, rate or storage."))
 
     class Meta:
         verbose_name = _("download quota")
@@ -197,6 +205,14 @@ class DownloadQuota(models.Model):
     @property
     def concurrency_limit(self):
         return UNLIMITED if self.unlimited else max(1, self.max_concurrent)
+
+    @property
+    def cv_key(self):
+        return f"cv-user:{self.user_id}"
+
+    @property
+    def cv_limit(self):
+        return UNLIMITED if self.unlimited else max(1, self.max_concurrent_cv)
 
 
 

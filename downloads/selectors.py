@@ -59,6 +59,11 @@ def live_count(user):
     return Download.objects.filter(owner=user).live().count()
 
 
+def asked_since(user, moment):
+    """Downloads the user asked for since `moment`, finished at once from the cache or not."""
+    return Download.objects.filter(owner=user, created_at__gte=moment).count()
+
+
 # --- Downloads ------------------------------------------------------------------
 
 def downloads_of(user):

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from downloads import selectors, serving, storage
+from downloads import conf, selectors, serving, storage
 from downloads.addresses import validate_url
 from downloads.errors import (
     DownloadFailed,
@@ -39,6 +39,7 @@ from downloads.models import (
 from downloads.sites import site_of
 from jobs import services as jobs
 from jobs.exceptions import IllegalTransition
+from jobs.limits import parse_rate
 from jobs.models import Job, JobStatus
 
 FETCH_KIND = "downloads.fetch"
@@ -51,11 +52,19 @@ A = MediaAsset.State
 class QueueFull(Exception):
     """The user already has as many queued, running or paused downloads as their quota allows."""
 
-    def __init__(self, limit):
+    def __init__(self, limit, message=None):
         self.limit = limit
-        super().__init__(
+        super().__init__(message or (
             _("You already have %(n)d downloads queued, running or paused; wait for some to "
-              "finish or cancel them.") % {"n": limit})
+              "finish or cancel them.") % {"n": limit}))
+
+
+class TooFast(QueueFull):
+    """The user asked for more downloads in the period than the rate allows, cache hits included."""
+
+    def __init__(self, rate):
+        super().__init__(rate, _("You are asking for downloads faster than this site allows "
+                                 "(%(rate)s); wait a little and ask again.") % {"rate": rate})
 
 
 def lock_owner(user):
@@ -87,9 +96,17 @@ def download_submit(*, owner, url, fmt=Format.BEST, name=""):
 
 
 def _check_queue(owner):
+    """The queued cap and the rate: a download served at once from the cache counts like any
+    other, so a burst of them is refused as a burst of fetches would be."""
     quota = selectors.quota_for(owner)
-    if not quota.unlimited and selectors.live_count(owner) >= quota.max_queued:
+    if quota.unlimited:
+        return
+    if selectors.live_count(owner) >= quota.max_queued:
         raise QueueFull(quota.max_queued)
+    rate = conf.default_rate()
+    limit, period_s = parse_rate(rate)
+    if selectors.asked_since(owner, timezone.now() - timedelta(seconds=period_s)) >= limit:
+        raise TooFast(rate)
 
 
 def _source_asset(url, fmt):
@@ -268,10 +285,11 @@ def download_succeeded(download_id):
 # --- Quotas ----------------------------------------------------------------------
 
 def quota_save(quota):
-    """Save a quota and give its user's concurrency key the new limit (waiting jobs may start)."""
+    """Save a quota and give its user's concurrency keys the new limits (waiting jobs may start)."""
     with transaction.atomic():
         quota.save()
         jobs.set_limit(quota.concurrency_key, quota.concurrency_limit)
+        jobs.set_limit(quota.cv_key, quota.cv_limit)
 
 
 def quota_check(owner, asset_id, size_bytes):

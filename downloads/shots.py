@@ -26,12 +26,13 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from downloads import conf, cvresults
+from downloads import conf, cvresults, selectors
 from downloads.models import Download, DownloadStatus, MediaAsset, Shot
+from downloads.services import lock_owner
 from jobs import selectors as job_selectors
 from jobs import services as jobs
 from jobs.exceptions import Fail, IllegalTransition
-from jobs.models import JobStatus
+from jobs.models import Job, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +68,44 @@ def _check_transport(kind):
     check_transport(kind)
 
 
-def asset_segment(asset, *, owner=None, check_transport=True, after=None):
+class CVQueueFull(Exception):
+    """The user already has as many CV jobs queued, running or paused as their quota allows."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        super().__init__(_("You already have %(n)d shot detections and analyses queued or "
+                           "running; wait for some to finish.") % {"n": limit})
+
+
+def _cv_options(owner, unique_key, *, capped):
+    """The enqueue options of a CV job for `owner`: the user's key its quota's limit (for a key
+    without a row yet). `capped` (a request, not the engine's own follow-up) refuses a new job
+    past the quota's queued cap with CVQueueFull; one merging into its live job is not new.
+    The caller holds the owner's lock."""
+    if owner is None:
+        return {}
+    quota = selectors.quota_for(owner)
+    if capped and not quota.unlimited and not Job.objects.live().filter(unique_key=unique_key).exists():
+        live = Job.objects.live().filter(owner=owner, kind__in=CV_KINDS).count()
+        if live >= quota.max_queued_cv:
+            raise CVQueueFull(quota.max_queued_cv)
+    return {"owner": owner, "limits": {quota.cv_key: quota.cv_limit}}
+
+
+def asset_segment(asset, *, owner=None, check_transport=True, after=None, capped=True):
     """Queue (again) the split of a ready video into shots; returns the job.
 
     A request (`check_transport`) is refused with TransportUnavailable while
     the CV queue's Redis does not answer; the engine's own follow-ups skip the
     check, and their job waits for Redis instead. `after`: the job that made
     the file, which this one waits for (and runs after however it ends: the
-    file is there).
+    file is there). `capped`: refused with CVQueueFull past the owner's cap.
     """
     if check_transport:
         _check_transport(SEGMENT_KIND)  # before any lock: it is a network round trip
     with transaction.atomic():
+        if owner is not None:
+            lock_owner(owner)
         # The asset's row lock orders this against housekeeping's eviction:
         # either the job is queued first (and eviction sees it and keeps the
         # file), or the file is gone first and this refuses.
@@ -87,7 +114,8 @@ def asset_segment(asset, *, owner=None, check_transport=True, after=None):
             raise IllegalTransition(_("Only a finished video can be split into shots."))
         if others_hold_results(ready.pk, owner.pk if owner is not None else None):
             raise ShotsInUse()
-        job = jobs.enqueue(SEGMENT_KIND, {"asset": ready.pk, "file": ready.file}, owner=owner,
+        options = _cv_options(owner, f"segment:{ready.pk}", capped=capped)
+        job = jobs.enqueue(SEGMENT_KIND, {"asset": ready.pk, "file": ready.file}, **options,
                            depends_on=[after] if after is not None else None,
                            on_dependency_failure="run")
         MediaAsset.objects.filter(pk=ready.pk).update(segment_job=job)
@@ -122,36 +150,48 @@ def asset_segment_if_wanted(asset_id, *, owner=None, after=None):
     to start once that job has ended, unless a setting turned that off."""
     asset = MediaAsset.objects.get(pk=asset_id)
     if conf.segment_automatically() and asset.is_video and asset.segment_job_id is None:
-        asset_segment(asset, owner=owner, check_transport=False, after=after)
+        asset_segment(asset, owner=owner, check_transport=False, after=after, capped=False)
 
 
 def shot_analyze(shot, *, owner=None, check_transport=True, priority=None):
     """Queue the measurement of one shot (at most one live job per shot); returns the job.
 
-    Refused with TransportUnavailable as `asset_segment` is. `priority` raises a live job
-    that was queued lower (never lowers one).
+    Refused with TransportUnavailable as `asset_segment` is, and with CVQueueFull past the
+    owner's cap. `priority` raises a live job that was queued lower (never lowers one).
     """
     if check_transport:
         _check_transport(ANALYZE_KIND)
     with transaction.atomic():
+        if owner is not None:
+            lock_owner(owner)
         asset = _lock_ready(shot.asset)  # against eviction, as in asset_segment
         if asset is None:
             raise IllegalTransition(_("The video file is gone; download it again to analyse it."))
+        options = _cv_options(owner, f"analyze:{shot.pk}", capped=True)
         job = jobs.enqueue(ANALYZE_KIND, {
             "shot": shot.pk, "asset": asset.pk, "file": asset.file,
-            "start_s": shot.start_s, "end_s": shot.end_s}, owner=owner, priority=priority)
+            "start_s": shot.start_s, "end_s": shot.end_s}, **options, priority=priority)
         Shot.objects.filter(pk=shot.pk).update(analysis_job=job)
     return job
 
 
 def shots_analyze_all(asset, *, owner=None):
-    """Queue every shot of the asset not measured yet; returns how many were queued."""
+    """Queue the shots of the asset not measured yet, in order, at most
+    DOWNLOADS_SHOTS_PER_REQUEST and no more than the owner's CV cap leaves room for; returns
+    how many were queued. Raises CVQueueFull when the cap left room for none."""
     _check_transport(ANALYZE_KIND)
     queued = 0
-    for shot in asset.shots.select_related("asset", "analysis_job"):
+    for shot in asset.shots.select_related("asset", "analysis_job").order_by("index"):
+        if queued >= conf.shots_per_request():
+            break
         live = shot.analysis_job is not None and shot.analysis_job.is_live
         if shot.analysis is None and not live:
-            shot_analyze(shot, owner=owner, check_transport=False)
+            try:
+                shot_analyze(shot, owner=owner, check_transport=False)
+            except CVQueueFull:
+                if not queued:
+                    raise
+                break
             queued += 1
     return queued
 

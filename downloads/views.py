@@ -214,9 +214,9 @@ def download_shots_action(request, download_id, name):
             shots.asset_segment(download.asset, owner=request.user)
         else:
             shots.shots_analyze_all(download.asset, owner=request.user)
-    except (IllegalTransition, TransportUnavailable) as exc:
-        # A dead CV queue is said in the panel like any refusal: htmx 2 swaps
-        # no 5xx answer, so a 503 here would leave the user with nothing.
+    except (IllegalTransition, TransportUnavailable, shots.CVQueueFull) as exc:
+        # A dead CV queue or a full one is said in the panel like any refusal: htmx 2
+        # swaps no 4xx or 5xx answer, so a 503 or 429 here would leave the user with nothing.
         notice = str(exc)
     if not request.htmx:
         if notice:

@@ -165,8 +165,10 @@ class ShotNotes:
             # No transport check: the notes wait for the analysis, which waits for Redis.
             return [shots.shot_analyze(shot, owner=owner, priority=priority,
                                        check_transport=False)]
-        except IllegalTransition:
-            return []  # the file is gone: the notes say what is known without it
+        except (IllegalTransition, shots.CVQueueFull):
+            # The file is gone, or the user's CV work is at its cap: the notes say what is
+            # known without the analysis.
+            return []
 
     def collect(self, owner, subject):
         shot = self._shot(subject)

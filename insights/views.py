@@ -66,8 +66,12 @@ def insight_request(request):
         return render(request, "insights/_panel_unavailable.html",
                       {"kind": InsightKind(kind), "message": str(exc)})
     except services.TooManyQueued as exc:
+        if not request.htmx:
+            messages.warning(request, str(exc))
+            return _back(request)
+        # Said in the panel: htmx 2 swaps no 4xx answer (the API answers 429).
         return render(request, "insights/_panel_unavailable.html",
-                      {"kind": InsightKind(kind), "message": str(exc)}, status=429)
+                      {"kind": InsightKind(kind), "message": str(exc)})
     if not request.htmx:
         return _back(request)
     return _panel(request, selectors.insight_of(request.user, insight.pk))

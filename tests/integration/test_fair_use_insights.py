@@ -88,5 +88,5 @@ def test_the_panel_says_why_it_refused(shots, alice_client):
     response = alice_client.post("/insights/request/", {"kind": "shot_notes",
                                                         "subject": shots[-1].pk},
                                  HTTP_HX_REQUEST="true")
-    assert response.status_code == 429
+    assert response.status_code == 200  # htmx swaps no 4xx answer: the panel says it
     assert "waiting or being written" in response.content.decode()
