@@ -9,7 +9,7 @@ Starts its own PostgreSQL and a PgBouncer in transaction pooling mode in front o
 measured no-op jobs arrive in one statement with a NOTIFY; throughput runs from
 the first start to the last finish (the jobs' own timestamps). Through the pool
 the workers set DATABASE_POOLER=transaction and LISTEN on a direct connection
-(JOBS_LISTEN_DATABASE_URL), as the README recommends. With several runs the
+(JOBS_LISTEN_DATABASE_URL), as docs/operations.md recommends. With several runs the
 two take turns run by run (a machine whose speed drifts slows both alike).
 """
 

@@ -1,6 +1,6 @@
 """Haulage settings: configuration only, every value from the environment.
 
-The README's settings table documents each variable; `jobs/conf.py` (and each
+docs/settings.md documents each variable; `jobs/conf.py` (and each
 app's `conf.py`) holds the queue's own knobs with their defaults and units.
 """
 
@@ -107,7 +107,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # keys, until it woke. PostgreSQL ends such a session after half a lease,
     # so the recovery bound (lease + rescue interval + poll) holds.
     # Behind a transaction pooler that guard is the pooler's own
-    # (README, "Deploying on several machines"): PgBouncer refuses startup
+    # (docs/operations.md, "Behind PgBouncer"): PgBouncer refuses startup
     # options, and a session setting would not follow a client from one
     # server connection to the next.
     _idle_ms = int(env.get_number("JOBS_LEASE_SECONDS", jobs_conf.DEFAULTS["JOBS_LEASE_SECONDS"],

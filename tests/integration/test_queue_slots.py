@@ -106,7 +106,7 @@ def own_signals():
 def test_a_queue_nothing_uses_is_named_when_the_worker_starts(fast_engine, own_signals, capsys):
     call_command("runworker", "--queues", "default,defualt", "--burst")
     said = capsys.readouterr().err
-    assert "no registered kind or Tasks backend queues to defualt;" in said
+    assert "no registered kind, Tasks backend or JOBS_QUEUES names defualt;" in said
     assert "known queues: default," in said
 
 

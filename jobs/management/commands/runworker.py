@@ -45,7 +45,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--queues", default="",
                             help="comma-separated queues to serve, in order (default: every "
-                                 "queue a registered kind uses); with slots, e.g. "
+                                 "queue a registered kind, a Tasks backend or JOBS_QUEUES "
+                                 "names); with slots, e.g. "
                                  "downloads=4,insights=1,default=16, each queue runs at most its "
                                  "own number of jobs at once and --concurrency is their sum")
         parser.add_argument("--concurrency", type=int, default=20,
@@ -77,7 +78,8 @@ class Command(BaseCommand):
         unused = [name for name in names if name not in used]
         if unused:
             self.stderr.write(
-                f"--queues: no registered kind or Tasks backend queues to {', '.join(unused)}; "
+                f"--queues: no registered kind, Tasks backend or JOBS_QUEUES names "
+                f"{', '.join(unused)}; "
                 f"this worker serves only jobs enqueued there by name (known queues: "
                 f"{', '.join(used)}).")
         if max_jobs is not None and max_jobs < 1:
