@@ -261,6 +261,7 @@ def insight_generate(ctx, insight_id):
     # Fenced by the lease: a worker whose job was rescued while it waited on
     # the gateway must not overwrite what the rescuing attempt wrote.
     with ctx.fenced():
+        ctx.read_data(fingerprint)  # newer data asked for meanwhile may be what was read
         Insight.objects.filter(pk=insight.pk).update(
             text=generated.text, fingerprint=fingerprint, generator=generated.generator,
             model=generated.model, generated_at=timezone.now(), status=InsightStatus.SUCCESSFUL,

@@ -96,6 +96,12 @@ class JobContext:
                 raise LeaseLost(_("This attempt no longer holds the job's lease; nothing was written."))
             yield
 
+    def read_data(self, fingerprint):
+        """Say the data this attempt works from has `fingerprint` (a job enqueued with one):
+        the same data asked for again while it runs then runs nothing more. False when the
+        lease has moved on."""
+        return services.note_read(self.job, fingerprint)
+
     def wait(self, seconds):
         """Sleep that wakes early when the job should stop; returns should_stop()."""
         return self._stop.wait(seconds)

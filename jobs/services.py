@@ -18,7 +18,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.base import ModelState
 from django.db.models.functions import Now
 from django.db.models.signals import post_init, pre_init
@@ -388,13 +388,15 @@ def leave_running(job, outcome, *, status, expired=False, reason="", level=loggi
     with transaction.atomic():
         changed = held(job, expired=expired).update(status=status, **fields, **_END_LEASE)
         if changed:
-            limits.left_running([job])
             history.note(job, outcome, status=status, reason=reason, level=level, exc=exc,
                          **(data or {}))
             if job.unique_key and status != JobStatus.CANCELLED:
-                # Only a job with a unique key can be asked for again while it runs.
+                # Only a job with a unique key can be asked for again while it runs. Before
+                # the slots are freed: a run again waits in its keys' line like any new job,
+                # and the freed slot then goes to the line's first in claim order.
                 _take_up_asked(job, status, Job.objects.filter(pk=job.pk).values_list(
                     "asked_fingerprint", flat=True).first())
+            limits.left_running([job])
             if status == JobStatus.READY:
                 if retried:
                     _guarded(rollup.count, [(job, "retried", None)], what="the rollup's count")
@@ -457,10 +459,10 @@ def _complete_in_transaction(jobs_results):
         done = queries.complete_batch([(job.pk, job.lease_token, result)
                                        for job, result in jobs_results])
         finished = [job for job, _result in jobs_results if job.pk in done]
-        limits.left_running(finished)
         history.note_many(finished, Outcome.SUCCEEDED, status=JobStatus.SUCCESSFUL)
-        for job in finished:
+        for job in finished:  # before the slots are freed, as in leave_running
             _take_up_asked(job, JobStatus.SUCCESSFUL, done[job.pk][1])
+        limits.left_running(finished)
         _finished([(job, {"result": result}) for job, result in jobs_results if job.pk in done],
                   JobStatus.SUCCESSFUL, ran=True,
                   has_dependents={pk for pk, (flag, _asked) in done.items() if flag})
@@ -507,6 +509,13 @@ def error_entry(job, error, code, exc):
     # The job in memory was read at claim time; errors only grow while a
     # worker holds the lease, so appending here loses nothing.
     return (list(job.errors or []) + [entry])[-MAX_ERRORS_KEPT:]
+
+
+def note_read(job, fingerprint):
+    """This attempt read data of `fingerprint` (under its lease): it becomes the job's, and
+    newer data asked for meanwhile that turns out to be this very data is not run again."""
+    return bool(held(job).update(fingerprint=fingerprint, asked_fingerprint=Case(
+        When(asked_fingerprint=fingerprint, then=Value("")), default=F("asked_fingerprint"))))
 
 
 def lock_lease(job):

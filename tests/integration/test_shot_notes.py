@@ -53,10 +53,13 @@ def test_notes_on_a_shot_not_analysed_ask_for_its_analysis_first_and_describe_it
     assert ask_notes(client_of, shot).job_id == notes.job_id
     assert Job.objects.filter(kind="downloads.analyze").count() == 1
 
-    run_worker(queues=["cv", conf.queue()], timeout=60)
+    run_worker(queues=["cv", conf.queue(), "default"], timeout=60)
     notes.refresh_from_db()
     shot.refresh_from_db()
     assert shot.analysis is not None and notes.status == "successful"
+    # The analysis' own prefetch asked for the same notes from the same data: written once.
+    assert Job.objects.filter(kind="insights.prefetch", status=JobStatus.SUCCESSFUL).exists()
+    assert Job.objects.filter(kind="insights.shot_notes").count() == 1
     assert "not been analysed" not in notes.text
     written = re.search(r"brightness (\d\.\d\d)", notes.text)  # what the analysis measured
     assert written and abs(float(written.group(1)) - shot.analysis["brightness"]) <= 0.006
