@@ -27,6 +27,7 @@ PARTS = [
     ("Shot segmentation", ["bench/segmentation.py"], []),
     ("CV transport through Redis", ["bench/cv_transport.py"], []),
     ("Downloads", ["bench/downloads.py"], ["--quick"]),
+    ("Shot notes: click to notes shown", ["bench/shot_notes.py"], ["--quick"]),
 ]
 
 
