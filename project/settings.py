@@ -168,6 +168,10 @@ JOBS_QUEUES = {
     },
     # The embedded local generator's insights (no gateway configured): no limit, no gap.
     "insights-local": {},
+    # CV jobs sent to the fleet at once. A CV worker takes what was sent first in, first out,
+    # so what waits past the fleet's capacity waits here, in priority order: a shot a user
+    # clicked is measured next, not behind every analysis already sent.
+    "cv": {"concurrency": env.get_number("CV_IN_FLIGHT", 2, int, minimum=1)},
 }
 
 # --- Schedules (django-q2) -----------------------------------------------------
