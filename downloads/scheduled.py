@@ -1,4 +1,4 @@
-"""What django-q2 schedules call, by dotted path ("downloads.scheduled.housekeeping").
+"""What schedules may call ("downloads.scheduled.housekeeping"; see jobs/schedules.py).
 
 Each function only queues a Haulage job and returns at once: the work itself
 runs on the engine, with its leases, retries and admin. The kinds' unique
@@ -6,10 +6,14 @@ keys make firings from several machines, or a slow run still going when the
 next firing comes, add nothing.
 """
 
+from django.utils.translation import gettext_lazy as _
+
 from downloads.handlers import HOUSEKEEP_KIND
+from jobs import schedules
 from jobs import services as jobs
 
 
+@schedules.schedulable(_("Storage housekeeping"))
 def housekeeping():
     """Queue a storage housekeeping run (downloads.housekeep) unless one is queued or running;
     returns the job's public id."""

@@ -15,7 +15,9 @@ class JobsConfig(AppConfig):
 
         from django.utils.module_loading import autodiscover_modules
 
-        from jobs import backend, checks, conf, dbwait  # noqa: F401 - the backend registers the django.task kind; dbwait hooks new connections
+        # The backend registers the django.task kind; dbwait hooks new connections; schedules
+        # refuses, in every process, a firing of a function no app registered.
+        from jobs import backend, checks, conf, dbwait, schedules  # noqa: F401
 
         autodiscover_modules("handlers")
         for module in conf.handler_modules():

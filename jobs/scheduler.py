@@ -7,7 +7,8 @@ restarts it with a back-off if it dies, and stops it when it stops, so
 `make run` stays one command. Several runworkers on several machines may each
 run one: a schedule's row is locked while it fires, so it fires once per
 period. `runworker --no-scheduler` leaves the role to a `qcluster` run apart. A project
-without django-q2 has no schedules and no scheduler role.
+without django-q2 has no schedules and no scheduler role. A schedule calls only a function
+an app registered (jobs/schedules.py): the cluster refuses any other.
 
 Parent side: `SchedulerRole`. Child side: `python -m jobs.scheduler <parent pid>`,
 which asks the kernel for a signal when the supervising thread dies (a
@@ -124,6 +125,8 @@ def main(argv):
 
     django.setup()
     from django.core.management import call_command
+
+    from jobs import schedules  # noqa: F401 - its guard refuses firings of unregistered functions
 
     call_command("qcluster")
     return 0

@@ -1,11 +1,14 @@
-"""What the schedules fire (django-q2 calls these by dotted path; keep them short)."""
+"""What the schedules fire (registered with jobs/schedules.py; keep them short)."""
 
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
+from jobs import schedules
 from subscriptions import conf, services
 from subscriptions.models import Subscription
 
 
+@schedules.schedulable(_("Check subscriptions"))
 def check_due():
     """Enqueue a check of every active subscription whose check time has come; returns how many.
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 # django-q2 looks for due schedules every max(30 s, guard cycle); a cycle of
 # 30 s makes it look as soon as a cluster starts, so a period takes 30 s here.
-LOOK_AT_START = {"SCHEDULER_GUARD_CYCLE_SECONDS": "30"}
+LOOK_AT_START = {"SCHEDULER_GUARD_CYCLE_SECONDS": "30", "JOBS_HANDLER_MODULES": "tests.handlers,tests.scheduled"}
 
 
 def clusters_of(worker_pid):
