@@ -29,8 +29,11 @@ class MediaAssetAdmin(FitsALaptop, admin.ModelAdmin):
     search_fields = ["title", "url"]
     readonly_fields = ["url", "url_digest", "format", "parent", "edit", "state", "holder", "file",
                        "size_bytes", "duration_s", "metadata", "error_code", "error", "created_at",
-                       "ready_at", "last_accessed_at"]
+                       "ready_at", "last_accessed_at", "segment_job"]
     actions = ["evict_assets"]
+
+    def has_add_permission(self, request):
+        return False  # an asset is made by the downloads that ask for its address
 
     @admin.display(description=_("size"), ordering="size_bytes")
     def size(self, asset):
@@ -41,7 +44,7 @@ class MediaAssetAdmin(FitsALaptop, admin.ModelAdmin):
         return seconds(asset.duration_s) or None
 
     @admin.action(description=_("Evict the selected assets' files (they are fetched again "
-                                "when asked for)"))
+                                "when asked for)"), permissions=["change"])
     def evict_assets(self, request, queryset):
         # Per asset through the service: it skips files a live job or a player still uses.
         outcomes = [services.asset_evict(pk) for pk in
@@ -72,9 +75,13 @@ class DownloadAdmin(FitsALaptop, admin.ModelAdmin):
     list_filter = ["status", "asset__format"]
     search_fields = ["id", "owner__username", "name", "asset__title", "asset__url"]
     list_select_related = ["owner", "asset", "job"]
-    raw_id_fields = ["owner", "asset", "job"]
-    readonly_fields = ["status", "error_code", "error", "created_at", "finished_at"]
+    # Whose it is and what it fetched change only through the services (the actions).
+    readonly_fields = ["owner", "asset", "job", "status", "error_code", "error", "created_at",
+                       "finished_at"]
     actions = ["cancel_downloads", "retry_downloads"]
+
+    def has_add_permission(self, request):
+        return False  # users submit downloads on their pages, where quotas and egress are checked
 
     @admin.display(description=_("status"))
     def current_status(self, obj):
@@ -90,7 +97,7 @@ class DownloadAdmin(FitsALaptop, admin.ModelAdmin):
                 continue
         self.message_user(request, done_message(done), messages.SUCCESS)
 
-    @admin.action(description=_("Cancel the selected downloads"))
+    @admin.action(description=_("Cancel the selected downloads"), permissions=["change"])
     def cancel_downloads(self, request, queryset):
         # It throws away work people asked for: a page asks first and takes a reason, which each
         # owner reads on their row; that page posts the same action again with confirm=yes.
@@ -111,7 +118,7 @@ class DownloadAdmin(FitsALaptop, admin.ModelAdmin):
             "%(n)d download cancelled.", "%(n)d downloads cancelled.", n) % {"n": n},
             reason=form.cleaned_data["reason"])
 
-    @admin.action(description=_("Retry the selected downloads"))
+    @admin.action(description=_("Retry the selected downloads"), permissions=["change"])
     def retry_downloads(self, request, queryset):
         self._each(request, queryset, services.download_retry, lambda n: ngettext(
             "%(n)d download queued again.", "%(n)d downloads queued again.", n) % {"n": n})
@@ -122,6 +129,9 @@ class DownloadQuotaAdmin(FitsALaptop, admin.ModelAdmin):
     list_display = ["user", "max_concurrent", "max_queued", "storage_bytes", "unlimited"]
     search_fields = ["user__username"]
     raw_id_fields = ["user"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["user"] if obj is not None else []  # a quota is its user's; make another instead
 
     def save_model(self, request, obj, form, change):
         # Through the service: the user's concurrency key must get the new limit too.

@@ -15,7 +15,6 @@ class SubscriptionAdmin(admin.ModelAdmin):
     list_filter = ["paused", "last_outcome", "format", "last_error_code"]
     search_fields = ["id", "url", "owner__username"]
     list_select_related = ["owner"]
-    raw_id_fields = ["owner", "check_job"]
     date_hierarchy = "created_at"
     # Changes go through the services (a pause cancels a queued check, a check is a job).
     readonly_fields = ["id", "owner", "url", "url_digest", "format", "interval_s", "paused",
@@ -37,17 +36,17 @@ class SubscriptionAdmin(admin.ModelAdmin):
                 continue
         self.message_user(request, done_message(done), messages.SUCCESS)
 
-    @admin.action(description=_("Check the selected subscriptions now"))
+    @admin.action(description=_("Check the selected subscriptions now"), permissions=["change"])
     def check_now(self, request, queryset):
         self._each(request, queryset, services.check_now, lambda n: ngettext(
             "%(n)d check queued.", "%(n)d checks queued.", n) % {"n": n})
 
-    @admin.action(description=_("Pause the selected subscriptions"))
+    @admin.action(description=_("Pause the selected subscriptions"), permissions=["change"])
     def pause(self, request, queryset):
         self._each(request, queryset.filter(paused=False), services.pause, lambda n: ngettext(
             "%(n)d subscription paused.", "%(n)d subscriptions paused.", n) % {"n": n})
 
-    @admin.action(description=_("Resume the selected subscriptions"))
+    @admin.action(description=_("Resume the selected subscriptions"), permissions=["change"])
     def resume(self, request, queryset):
         self._each(request, queryset.filter(paused=True), services.resume, lambda n: ngettext(
             "%(n)d subscription resumed.", "%(n)d subscriptions resumed.", n) % {"n": n})
@@ -65,7 +64,6 @@ class EntryAdmin(admin.ModelAdmin):
     list_display = ["__str__", "subscription", "download", "seen_at"]
     search_fields = ["url", "title", "subscription__url", "subscription__owner__username"]
     list_select_related = ["subscription", "download"]
-    raw_id_fields = ["subscription", "download"]
     readonly_fields = ["subscription", "key", "url", "title", "download", "seen_at"]
 
     def has_add_permission(self, request):
