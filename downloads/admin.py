@@ -126,7 +126,8 @@ class DownloadAdmin(FitsALaptop, admin.ModelAdmin):
 
 @admin.register(DownloadQuota)
 class DownloadQuotaAdmin(FitsALaptop, admin.ModelAdmin):
-    list_display = ["user", "max_concurrent", "max_queued", "storage_bytes", "unlimited"]
+    list_display = ["user", "max_concurrent", "max_queued", "max_concurrent_cv", "max_queued_cv",
+                    "storage_bytes", "unlimited"]
     search_fields = ["user__username"]
     raw_id_fields = ["user"]
 

@@ -712,7 +712,7 @@ class RateLimitAdmin(admin.ModelAdmin):
 
 
 if scheduler.available():
-    from jobs import admin_schedules  # noqa: F401 - registers the Schedules list
+    from jobs import admin_schedules  # noqa: F401 - registers django-q2's lists in its place
 
 register_progress_words = admin_views.register_progress_words
 
