@@ -24,7 +24,7 @@ bytecode: venv
 	@$(PY) -m compileall -q -j0 -x '/\.' .
 
 run: venv bytecode
-	scripts/run-site
+	VENV=$(VENV) exec scripts/run-site
 
 test: venv bytecode
 	$(PY) -m tests.services -- scripts/run-tests $(ARGS)
