@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db.models import Case, Q, When
 from django.db.models.functions import Coalesce
 from django.urls import reverse
@@ -28,10 +29,6 @@ from jobs.models import LIVE_STATUSES, Job, JobStatus
 
 LIVE_LIMIT = 20  # live jobs listed; the queue page lists every one
 RECENT_LIMIT = 10  # finished jobs listed; the downloads and insights pages list them all
-
-# What `make run` serves beside the site and admits through DOWNLOADS_EGRESS_ALLOW
-# (scripts/run-site, downloads/demo.py).
-SAMPLE_URL = "http://127.0.0.1:8001/sample.mp4"
 
 # Live jobs in this order, then by when they started or were queued.
 LIVE_ORDER = {"running": 0, "ready": 1, "paused": 2}
@@ -116,9 +113,13 @@ def home_of(user):
 
 
 def sample_url():
-    """The sample video's address when downloads may reach it (as under `make run`), else None."""
-    address = urlsplit(SAMPLE_URL)
-    return SAMPLE_URL if EgressPolicy.from_conf().permits(address.hostname, address.port) else None
+    """The sample video `make run` serves (HAULAGE_SAMPLE_URL) when downloads may reach it,
+    else None."""
+    url = settings.HAULAGE_SAMPLE_URL
+    address = urlsplit(url)
+    if not url or not EgressPolicy.from_conf().permits(address.hostname, address.port):
+        return None
+    return url
 
 
 def _when(job, *fallbacks):

@@ -240,6 +240,9 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(env.get_str("STATIC_ROOT", str(VAR_DIR / "static")))
 MEDIA_URL = "media/"
 MEDIA_ROOT = Path(env.get_str("MEDIA_ROOT", str(VAR_DIR / "media")))
+# The sample video `make run` serves beside the site (scripts/run-site sets it): the home page
+# offers it to a newcomer while downloads may reach it.
+HAULAGE_SAMPLE_URL = env.get_str("HAULAGE_SAMPLE_URL").strip()
 
 # --- Security (production) ------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True

@@ -90,6 +90,7 @@ def test_the_running_download_moves_on_the_home_page_until_it_ends(live_server, 
 def test_an_empty_home_page_leads_to_the_first_download(live_server, page, user, log_in,
                                                          screenshot, settings, width):
     settings.DOWNLOADS_EGRESS_ALLOW = "127.0.0.1:8001"  # as `make run` starts the site
+    settings.HAULAGE_SAMPLE_URL = "http://127.0.0.1:8001/sample.mp4"
     page.set_viewport_size({"width": width, "height": 844})
     log_in(page, user)
     visit(page, f"{live_server.url}/")

@@ -132,6 +132,7 @@ def test_another_users_jobs_are_absent(alice_client, user, other_user, settings)
 
 
 def test_with_no_job_the_page_says_how_to_start_one(alice_client, settings):
+    settings.HAULAGE_SAMPLE_URL = "http://127.0.0.1:8001/sample.mp4"
     settings.DOWNLOADS_EGRESS_ALLOW = ""
     html = alice_client.get("/").content.decode()
     assert "No jobs yet" in html
@@ -139,6 +140,7 @@ def test_with_no_job_the_page_says_how_to_start_one(alice_client, settings):
     assert "sample.mp4" not in html  # downloads could not reach it
     assert "hx-trigger" not in html
     # As `make run` starts the site: the sample video it serves is admitted, and named.
+    settings.HAULAGE_SAMPLE_URL = "http://127.0.0.1:8001/sample.mp4"
     settings.DOWNLOADS_EGRESS_ALLOW = "127.0.0.1:8001"
     html = alice_client.get("/").content.decode()
     assert "paste <code>http://127.0.0.1:8001/sample.mp4</code>" in html
