@@ -76,13 +76,18 @@ def max_file_bytes():
 def default_rate():
     """DOWNLOADS_DEFAULT_RATE: downloads one user may ask for per period ("30/m"), those served
     at once from the cache included, so a burst of cache hits is refused like any other."""
+    return _rate("DOWNLOADS_DEFAULT_RATE", "30/m")
+
+
+def _rate(name, default):
+    """A rate setting ("6/m", "3/10s", "100/h"), checked as the engine reads it."""
     from jobs.limits import parse_rate
 
-    value = str(_setting("DOWNLOADS_DEFAULT_RATE", "30/m", env.get_str)).strip()
+    value = str(_setting(name, default, env.get_str)).strip()
     try:
         parse_rate(value)
     except ValueError as exc:
-        raise env.SettingsError(f"DOWNLOADS_DEFAULT_RATE: {exc}") from None
+        raise env.SettingsError(f"{name}: {exc}") from None
     return value
 
 
@@ -115,14 +120,7 @@ def site_rate():
     """DOWNLOADS_SITE_RATE: fetches one site may start across the deployment, as starts per
     period ("6/m", "3/10s", "100/h"). The default of a site's rate limit; staff change one
     site's live in the admin (Rate limits, key site:<domain>)."""
-    from jobs.limits import parse_rate
-
-    value = str(_setting("DOWNLOADS_SITE_RATE", "6/m", env.get_str)).strip()
-    try:
-        parse_rate(value)
-    except ValueError as exc:
-        raise env.SettingsError(f"DOWNLOADS_SITE_RATE: {exc}") from None
-    return value
+    return _rate("DOWNLOADS_SITE_RATE", "6/m")
 
 
 def site_concurrency():
