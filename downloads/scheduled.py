@@ -8,9 +8,9 @@ next firing comes, add nothing.
 
 from django.utils.translation import gettext_lazy as _
 
+import jobs
 from downloads.handlers import HOUSEKEEP_KIND
 from jobs import schedules
-from jobs import services as jobs
 
 
 @schedules.schedulable(_("Storage housekeeping"))

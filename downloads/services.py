@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+import jobs
 from downloads import conf, selectors, serving, storage
 from downloads.addresses import validate_url
 from downloads.errors import (
@@ -37,7 +38,6 @@ from downloads.models import (
     url_digest,
 )
 from downloads.sites import site_of
-from jobs import services as jobs
 from jobs.exceptions import IllegalTransition
 from jobs.limits import parse_rate
 from jobs.models import Job, JobStatus

@@ -26,11 +26,11 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+import jobs
 from downloads import conf, cvresults, selectors
 from downloads.models import Download, DownloadStatus, MediaAsset, Shot
 from downloads.services import lock_owner
 from jobs import selectors as job_selectors
-from jobs import services as jobs
 from jobs.exceptions import Fail, IllegalTransition
 from jobs.models import Job, JobStatus
 

@@ -15,10 +15,10 @@ from django.db import transaction
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+import jobs
 from downloads.services import lock_owner
 from insights import conf, data, generators
 from insights.models import Insight, InsightKind, InsightStatus
-from jobs import services as jobs
 from jobs.exceptions import Fail, IllegalTransition
 from jobs.models import Job, JobStatus
 

@@ -15,10 +15,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+import jobs
 from downloads import services as downloads
 from downloads.addresses import validate_url
 from downloads.models import Format
-from jobs import services as jobs
 from jobs.exceptions import IllegalTransition
 from jobs.models import LIVE_STATUSES, Job, JobStatus
 from subscriptions import conf
