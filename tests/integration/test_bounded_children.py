@@ -151,20 +151,31 @@ def kind_limits(kind):
     return Limits(**registry.get(kind).policy.options["limits"])
 
 
+# Linux counts into a process's peak RSS the memory of the process it was forked from (its
+# memory up to the exec), so a child of a test process that has grown would report at least
+# that. A small launcher forks it instead, and reports its exit and peak on its stderr's last
+# line.
+LAUNCH = """
+import os, sys
+pid = os.posix_spawn(sys.executable, [sys.executable, *sys.argv[1:]], os.environ)
+_pid, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss, file=sys.stderr)
+"""
+
+
 def run_child(what, url, tmp_path, *, limits, allowed, env=None):
     """Run CHILD as the supervisor runs a job's child (limits in its environment); reap it."""
     errors = tmp_path / "child.err"
     with open(errors, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, what, url, str(tmp_path / "staging"), allowed],
+        done = subprocess.run(
+            [sys.executable, "-c", LAUNCH, "-c", CHILD, what, url, str(tmp_path / "staging"),
+             allowed],
             env=python_env({LIMITS_ENV: limits.to_env(), **(env or {})}),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
-    with proc.stdout:
-        out = proc.stdout.read()
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return Ran(answer=json.loads(out) if out.strip() else None, exit_code=proc.returncode,
-               peak_rss_bytes=usage.ru_maxrss * KIB, errors=errors.read_text())
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, check=True)
+    said = errors.read_text().splitlines()
+    exit_code, peak_kib = (int(word) for word in said[-1].split())
+    return Ran(answer=json.loads(done.stdout) if done.stdout.strip() else None,
+               exit_code=exit_code, peak_rss_bytes=peak_kib * KIB, errors="\n".join(said[:-1]))
 
 
 def test_the_kinds_that_run_yt_dlp_or_ffmpeg_cap_their_memory_by_default():
