@@ -17,7 +17,7 @@ import logging
 from django.db import transaction
 
 from jobs import queries
-from jobs.models import JobEvent, JobStatus
+from jobs.models import JobEvent
 
 log = logging.getLogger("jobs.history")
 
@@ -49,13 +49,6 @@ def log_many(jobs, event, *, status):
     """The log records of a batch whose events one statement wrote (see note_many)."""
     for job in jobs:
         _log_on_commit(job, event, status=status, attempt=job.attempts)
-
-
-def level_for(status, *, retrying):
-    """ERROR for a job that failed for good, WARNING for an attempt that failed and goes again."""
-    if status == JobStatus.FAILED:
-        return logging.ERROR
-    return logging.WARNING if retrying else logging.INFO
 
 
 def _log_on_commit(job, event, *, reason="", status=None, level=logging.INFO, exc=None, attempt=0,
