@@ -32,7 +32,7 @@ from downloads.models import Download, DownloadStatus, MediaAsset, Shot
 from downloads.services import lock_owner
 from jobs import selectors as job_selectors
 from jobs.exceptions import Fail, IllegalTransition
-from jobs.models import Job, JobStatus
+from jobs.models import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,9 @@ def _cv_options(owner, unique_key, *, capped):
     if owner is None:
         return {}
     quota = selectors.quota_for(owner)
-    if capped and not quota.unlimited and not Job.objects.live().filter(unique_key=unique_key).exists():
-        live = Job.objects.live().filter(owner=owner, kind__in=CV_KINDS).count()
-        if live >= quota.max_queued_cv:
-            raise CVQueueFull(quota.max_queued_cv)
+    if capped and not quota.unlimited and jobs.owner_at_cap(
+            owner, CV_KINDS, quota.max_queued_cv, unique_key=unique_key):
+        raise CVQueueFull(quota.max_queued_cv)
     return {"owner": owner, "limits": {quota.cv_key: quota.cv_limit}}
 
 

@@ -116,13 +116,10 @@ def _check_cap(owner, insight, tier):
     A request counts the user's live requests (interactive); a prefetch counts everything live,
     so prefetches fill only the room requests leave and never crowd them out.
     """
-    if Job.objects.live().filter(unique_key=f"insight:{insight.pk}").exists():
-        return
-    live = Job.objects.live().filter(owner=owner, kind__in=[job_kind(k) for k in InsightKind])
-    if tier == "interactive":
-        live = live.filter(priority__gte=conf.INTERACTIVE)
     limit = conf.user_queued()
-    if live.count() >= limit:
+    if jobs.owner_at_cap(owner, [job_kind(k) for k in InsightKind], limit,
+                         unique_key=f"insight:{insight.pk}",
+                         min_priority=conf.INTERACTIVE if tier == "interactive" else None):
         raise TooManyQueued(limit)
 
 

@@ -36,6 +36,8 @@ _PUBLIC = {
     "set_limit": "jobs.services",
     "set_rate": "jobs.services",
     "set_queue": "jobs.services",
+    # Per-user caps, decided here, refused by the app in its own words.
+    "owner_at_cap": "jobs.limits",
     # What a handler raises, and what the engine raises at its callers.
     "Fail": "jobs.exceptions",
     "Retry": "jobs.exceptions",

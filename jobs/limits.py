@@ -306,6 +306,20 @@ def left_running(jobs):
         rest(name)
 
 
+def owner_at_cap(owner, kinds, cap, *, unique_key=None, min_priority=None):
+    """Whether a new job of `kinds` for `owner` would pass their `cap` of live jobs (queued,
+    running or paused; counting only those of `min_priority` or more when given). A request
+    joining the live job that holds `unique_key` is no new job. The caller serialises the
+    owner's requests, so two cannot both take the last place."""
+    live = Job.objects.live()
+    if unique_key is not None and live.filter(unique_key=unique_key).exists():
+        return False
+    mine = live.filter(owner=owner, kind__in=list(kinds))
+    if min_priority is not None:
+        mine = mine.filter(priority__gte=min_priority)
+    return mine.count() >= cap
+
+
 def full_key(job):
     """The concurrency key `job` waits for, if one of its keys is full now (a reading for pages)."""
     if job.blocked_key:
