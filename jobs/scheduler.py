@@ -126,9 +126,7 @@ def main(argv):
     django.setup()
     from django.core.management import call_command
 
-    from jobs import schedules  # noqa: F401 - its guard refuses firings of unregistered functions
-
-    call_command("qcluster")
+    call_command("qcluster")  # django.setup() loaded the guard (jobs.apps imports jobs.schedules)
     return 0
 
 
