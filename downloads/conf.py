@@ -11,6 +11,11 @@ from project import env
 _setting = env.setting
 
 
+def _count(name, default):
+    """A whole number of at least 1."""
+    return _setting(name, default, lambda n, d: env.get_number(n, d, kind=int, minimum=1))
+
+
 def egress_allow():
     """DOWNLOADS_EGRESS_ALLOW: comma-separated `ip[/prefix][:port]` destinations a download
     may reach although they are not public (development, tests). Default: none."""
@@ -25,8 +30,7 @@ def max_url_length():
 
 def playlist_limit():
     """DOWNLOADS_PLAYLIST_LIMIT: most entries taken from one playlist."""
-    return _setting("DOWNLOADS_PLAYLIST_LIMIT", 50,
-                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+    return _count("DOWNLOADS_PLAYLIST_LIMIT", 50)
 
 
 def socket_timeout_s():
@@ -51,14 +55,12 @@ def progress_interval_s():
 
 def default_concurrent():
     """DOWNLOADS_DEFAULT_CONCURRENT: downloads one user may have running at once."""
-    return _setting("DOWNLOADS_DEFAULT_CONCURRENT", 2,
-                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+    return _count("DOWNLOADS_DEFAULT_CONCURRENT", 2)
 
 
 def default_queued():
     """DOWNLOADS_DEFAULT_QUEUED: live downloads (queued, running or paused) one user may hold."""
-    return _setting("DOWNLOADS_DEFAULT_QUEUED", 20,
-                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+    return _count("DOWNLOADS_DEFAULT_QUEUED", 20)
 
 
 def default_storage_bytes():
@@ -96,22 +98,19 @@ def _rate(name, default):
 def cv_concurrent():
     """DOWNLOADS_CV_CONCURRENT: one user's CV jobs (shot detection, analyses) running at once
     (the engine key "cv-user:<id>"; staff change one user's in their quota)."""
-    return _setting("DOWNLOADS_CV_CONCURRENT", 2,
-                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+    return _count("DOWNLOADS_CV_CONCURRENT", 2)
 
 
 def cv_queued():
     """DOWNLOADS_CV_QUEUED: one user's CV jobs queued, running or paused at once; a request past
     it is refused (429). The default of a quota's "CV jobs queued" (staff change it there)."""
-    return _setting("DOWNLOADS_CV_QUEUED", 20,
-                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+    return _count("DOWNLOADS_CV_QUEUED", 20)
 
 
 def shots_per_request():
     """DOWNLOADS_SHOTS_PER_REQUEST: shots one "Analyse all shots" queues at most (the rest are
     queued by asking again once those are measured)."""
-    return _setting("DOWNLOADS_SHOTS_PER_REQUEST", 20,
-                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+    return _count("DOWNLOADS_SHOTS_PER_REQUEST", 20)
 
 
 # --- Per site (the registrable domain of a download's URL; downloads/sites.py) ---
@@ -126,8 +125,7 @@ def site_rate():
 def site_concurrency():
     """DOWNLOADS_SITE_CONCURRENCY: fetches of one site running at once across the deployment.
     Read when the kinds are registered (process start)."""
-    return _setting("DOWNLOADS_SITE_CONCURRENCY", 3,
-                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+    return _count("DOWNLOADS_SITE_CONCURRENCY", 3)
 
 
 # --- The download and edit jobs -----------------------------------------------
@@ -218,15 +216,13 @@ def media_max_bytes():
 
 def housekeeping_batch():
     """DOWNLOADS_HOUSEKEEPING_BATCH: assets one housekeeping query looks at at once."""
-    return _setting("DOWNLOADS_HOUSEKEEPING_BATCH", 100,
-                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+    return _count("DOWNLOADS_HOUSEKEEPING_BATCH", 100)
 
 
 def housekeeping_max_assets():
     """DOWNLOADS_HOUSEKEEPING_MAX_ASSETS: most assets one housekeeping run looks at; the next
     run starts over from the least recently used."""
-    return _setting("DOWNLOADS_HOUSEKEEPING_MAX_ASSETS", 2000,
-                    lambda name, default: env.get_number(name, default, kind=int, minimum=1))
+    return _count("DOWNLOADS_HOUSEKEEPING_MAX_ASSETS", 2000)
 
 
 def housekeeping_timeout_s():
