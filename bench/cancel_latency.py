@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobs import childside  # noqa: E402
-from jobs.supervisor import (  # noqa: E402
+from jobs.runtime.process import child as childside  # noqa: E402
+from jobs.runtime.process.parent import (  # noqa: E402
     DEFAULT_KILL_GRACE_S,
     DEFAULT_POLL_INTERVAL_S,
     Child,

@@ -2,7 +2,7 @@
 
 from django.tasks import task
 
-from jobs.registry import kind
+from jobs.engine.registry import kind
 
 
 @kind("bench.noop", max_attempts=1, concurrency_keys=lambda payload, owner: payload.get("keys", []),

@@ -86,8 +86,9 @@ def time_bulk(jobs):
 
     from django.db import transaction
 
-    from jobs import conf, limits, queries, services
+    from jobs import conf, services
     from jobs.backend import KIND
+    from jobs.engine import limits, queries
 
     read_once = {"payload": {"max_depth": conf.JOBS_MAX_PAYLOAD_DEPTH,
                              "max_bytes": conf.JOBS_MAX_PAYLOAD_BYTES},
@@ -176,9 +177,10 @@ class ThreadCPU:
 
 def profile_worker(jobs, top):
     """One in-process Worker in burst mode; py-spy samples every thread (cProfile sees one)."""
-    from jobs import dbwait, services
+    from jobs import services
     from jobs.backend import KIND
-    from jobs.worker import Worker
+    from jobs.engine import dbwait
+    from jobs.runtime.worker import Worker
 
     dbwait.stop_spinning()  # as runworker does: its threads share the cores
     path = "bench.handlers.noop_task"
@@ -194,8 +196,8 @@ def profile_worker(jobs, top):
     counter.install()
     thread_cpu = ThreadCPU()
     thread_cpu.install()
-    from jobs import claiming
     from jobs import services as services_module
+    from jobs.engine import claiming
 
     calls = {}
 

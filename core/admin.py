@@ -4,7 +4,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from core.models import ApiToken
-from jobs.admin_lists import FitsALaptop
+from jobs.admin.lists import FitsALaptop
 
 
 @admin.register(ApiToken)

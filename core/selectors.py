@@ -23,9 +23,9 @@ from downloads.egress import EgressPolicy
 from downloads.models import Shot
 from insights import selectors as insights
 from insights.models import LIVE as INSIGHT_LIVE
-from jobs import registry
-from jobs import selectors as job_selectors
+from jobs.engine import registry
 from jobs.models import LIVE_STATUSES, Job, JobStatus
+from jobs.selectors import standing as job_selectors
 
 LIVE_LIMIT = 20  # live jobs listed; the queue page lists every one
 RECENT_LIMIT = 10  # finished jobs listed; the downloads and insights pages list them all

@@ -10,7 +10,7 @@ from downloads import progress, services
 from downloads.models import Download, DownloadQuota, DownloadStatus, MediaAsset
 from downloads.templatetags.downloads_tags import seconds
 from jobs.admin import register_job_link, register_progress_words
-from jobs.admin_lists import FitsALaptop
+from jobs.admin.lists import FitsALaptop
 from jobs.exceptions import IllegalTransition
 
 # A download's progress message carries its figures as JSON (downloads/progress.py).

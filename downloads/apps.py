@@ -9,7 +9,7 @@ class DownloadsConfig(AppConfig):
     verbose_name = _("Downloads")
 
     def ready(self):
-        from jobs import selectors
+        from jobs.selectors import standing as selectors
 
         # How a full concurrency key of ours reads where a download waits.
         selectors.describe_key("user", _("Your other downloads are running."))

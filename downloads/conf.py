@@ -83,7 +83,7 @@ def default_rate():
 
 def _rate(name, default):
     """A rate setting ("6/m", "3/10s", "100/h"), checked as the engine reads it."""
-    from jobs.limits import parse_rate
+    from jobs.bounds import parse_rate
 
     value = str(_setting(name, default, env.get_str)).strip()
     try:

@@ -20,7 +20,7 @@ i.e. when a worker starts.
 from django.utils.translation import gettext_lazy as _
 
 from downloads import conf, edits, fetch, housekeeping, services, shots
-from jobs.registry import kind
+from jobs.engine.registry import kind
 
 
 def _keys(payload, owner):

@@ -15,8 +15,8 @@ from django.utils.translation import gettext_lazy as _
 from downloads import errors, progress, storage
 from downloads.messages import STAFF_CANCEL, error_message
 from downloads.models import Download, DownloadQuota, DownloadStatus, MediaAsset
-from jobs import selectors as job_selectors
 from jobs.models import LIVE_STATUSES, Job
+from jobs.selectors import standing as job_selectors
 
 S = DownloadStatus
 

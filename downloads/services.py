@@ -38,8 +38,8 @@ from downloads.models import (
     url_digest,
 )
 from downloads.sites import site_of
+from jobs.bounds import parse_rate
 from jobs.exceptions import IllegalTransition
-from jobs.limits import parse_rate
 from jobs.models import Job, JobStatus
 
 FETCH_KIND = "downloads.fetch"

@@ -30,9 +30,9 @@ import jobs
 from downloads import conf, cvresults, selectors
 from downloads.models import Download, DownloadStatus, MediaAsset, Shot
 from downloads.services import lock_owner
-from jobs import selectors as job_selectors
 from jobs.exceptions import Fail, IllegalTransition
 from jobs.models import JobStatus
+from jobs.selectors import standing as job_selectors
 
 log = logging.getLogger(__name__)
 

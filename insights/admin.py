@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 
 from insights.models import Generator, Insight
 from jobs.admin import admin_link, register_job_link
-from jobs.admin_lists import FitsALaptop
+from jobs.admin.lists import FitsALaptop
 
 # A job's admin page names the insight it works for.
 register_job_link("insights.", lambda job: Insight.objects.filter(job=job).first())

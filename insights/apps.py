@@ -11,7 +11,7 @@ class InsightsConfig(AppConfig):
     def ready(self):
         from downloads import shots
         from insights.selectors import notes_held
-        from jobs import selectors
+        from jobs.selectors import standing as selectors
 
         selectors.describe_key("insights-user", _("Your other insights are being written."))
         # A shared video's shots are not found again under another holder's notes.

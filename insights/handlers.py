@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from insights import backfill, conf, services
 from insights.models import InsightKind
-from jobs.registry import kind
+from jobs.engine.registry import kind
 
 
 def _unique(payload, owner):

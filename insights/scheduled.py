@@ -1,4 +1,4 @@
-"""The insights' scheduled function, fired by a django-q2 schedule (see jobs/scheduler.py)."""
+"""The insights' scheduled function, fired by a django-q2 schedule (see jobs/runtime/scheduler.py)."""
 
 from django.utils.translation import gettext_lazy as _
 

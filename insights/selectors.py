@@ -14,9 +14,9 @@ from django.utils.translation import gettext_lazy as _
 
 from insights import conf
 from insights.models import Generator, Insight, InsightKind, InsightStatus
-from jobs import registry
-from jobs import selectors as job_selectors
+from jobs.engine import registry
 from jobs.models import CLAIM_ORDER, Job, JobStatus, Queue
+from jobs.selectors import standing as job_selectors
 
 S = InsightStatus
 STANDING_LIMIT = 100  # queued jobs of the queue page whose place is counted

@@ -18,8 +18,8 @@ from importlib import import_module
 
 _PUBLIC = {
     # Declaring kinds: the decorator, the context a handler gets, schedule functions.
-    "kind": "jobs.registry",
-    "JobContext": "jobs.context",
+    "kind": "jobs.engine.registry",
+    "JobContext": "jobs.runtime.context",
     "schedulable": "jobs.schedules",
     # Queueing and steering jobs (one function per verb, each a guarded transition).
     "enqueue": "jobs.services",
@@ -37,7 +37,7 @@ _PUBLIC = {
     "set_rate": "jobs.services",
     "set_queue": "jobs.services",
     # Per-user caps, decided here, refused by the app in its own words.
-    "owner_at_cap": "jobs.limits",
+    "owner_at_cap": "jobs.engine.limits",
     # What a handler raises, and what the engine raises at its callers.
     "Fail": "jobs.exceptions",
     "Retry": "jobs.exceptions",

@@ -17,7 +17,12 @@ class JobsConfig(AppConfig):
 
         # The backend registers the django.task kind; dbwait hooks new connections; schedules
         # refuses, in every process, a firing of a function no app registered.
-        from jobs import backend, checks, conf, dbwait, schedules  # noqa: F401
+        from jobs import backend, checks, conf, notices, schedules  # noqa: F401
+        from jobs.engine import dbwait, enqueue, transitions  # noqa: F401
+
+        # The after-end pipeline's upper steps (jobs/engine/transitions.py): running a
+        # job again for newer data enqueues it; a failure for good is noticed.
+        transitions.wire(run_again=enqueue.run_again, notify_failure=notices.job_failed)
 
         autodiscover_modules("handlers")
         for module in conf.handler_modules():

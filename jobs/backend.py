@@ -38,7 +38,8 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from jobs import limits, payloads, registry, services, signals
+from jobs import bounds, services, signals
+from jobs.engine import payloads, registry
 from jobs.exceptions import InvalidPayload, InvalidTaskArguments
 from jobs.models import Job, JobStatus
 
@@ -110,7 +111,7 @@ class HaulageBackend(BaseTaskBackend):
             raise InvalidTask("concurrency_limit must be a whole number of at least 1.")
         if task.rate_limit is not None:
             try:
-                limits.parse_rate(task.rate_limit)
+                bounds.parse_rate(task.rate_limit)
             except ValueError as exc:
                 raise InvalidTask(f"rate_limit: {exc}") from None
         self._validated[id(task)] = task
@@ -178,7 +179,7 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 def _arguments(args, kwargs):
     """The task's arguments as the payload stores them; nothing is written when they cannot be.
 
-    The payload's own check (depth, NUL, size: jobs/payloads.py) runs once, at
+    The payload's own check (depth, NUL, size: jobs/engine/payloads.py) runs once, at
     enqueue, and enqueue() turns its refusal into InvalidTaskArguments.
     """
     arguments = {"args": list(args), "kwargs": dict(kwargs)}

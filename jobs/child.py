@@ -1,48 +1,6 @@
-"""The child process of a `process`-mode job: `python -m jobs.child <job id> <lease token>`.
+"""`python -m jobs.child`: kept for one release; the child's entry is jobs/runtime/process/main.py."""
 
-It runs the handler and records the outcome itself, guarded by the token it
-was given, so it can only write while it still holds the job's lease. If its
-parent worker dies, jobs/childside.py stops this whole process group.
-"""
-
-import signal
-import sys
-
-
-def main():
-    import django
-
-    from jobs import childside
-
-    # Starting Django can take seconds on a busy machine; that is not a stall.
-    with childside.keepalive(every_s=0.5):
-        django.setup()
-        from jobs import execution
-        from jobs.context import JobContext
-        from jobs.models import Job, JobStatus
-
-        job_id, token = int(sys.argv[1]), sys.argv[2]
-        job = Job.objects.filter(pk=job_id, status=JobStatus.RUNNING, lease_token=token).first()
-    if job is None:
-        return  # the lease moved on before we started: nothing is ours to do
-    ctx = JobContext(job, worker_id=job.worker_ids[-1] if job.worker_ids else "")
-    outcome, value = execution.run_handler(job, ctx)
-    if outcome == "error" and not isinstance(value, Exception) and _job_handles_sigterm():
-        # The job's own SIGTERM handler may have turned its supervisor's stop
-        # (a cancel, a shutdown, a stall) into this SystemExit: recording it as
-        # a failure would beat the supervisor to the job. Exit with it instead;
-        # the supervisor records why it stopped the job, or that the child
-        # exited without a result.
-        raise value
-    execution.settle(job, ctx, outcome, value)
-
-
-def _job_handles_sigterm():
-    """Whether the job installed a Python handler for SIGTERM (by default it kills, raising nothing)."""
-    return callable(signal.getsignal(signal.SIGTERM))
-
+import runpy
 
 if __name__ == "__main__":
-    from jobs import childside
-
-    childside.run(main)
+    runpy.run_module("jobs.runtime.process.main", run_name="__main__", alter_sys=True)

@@ -37,8 +37,8 @@ DEFAULTS = {
     "JOBS_SHUTDOWN_GRACE_SECONDS": 30.0,  # first SIGTERM: let running jobs finish this long
     # Jobs of a kind no live worker serves fail after this long (rolling deploys).
     "JOBS_UNSERVED_KIND_FAIL_AFTER_SECONDS": 86400.0,
-    # Each wait for PostgreSQL's reply looks at the socket this long before sleeping
-    # (jobs/dbwait.py); 0: sleep at once.
+    # Each wait of an enqueue's statements for PostgreSQL's reply looks at the socket this
+    # long before sleeping (jobs/engine/dbwait.py); the host's own queries never do. 0: off.
     "JOBS_DB_SPIN_MICROSECONDS": 200,
     # Payloads.
     "JOBS_MAX_PAYLOAD_BYTES": 1_000_000,

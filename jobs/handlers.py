@@ -7,8 +7,9 @@ jobs.notify_failure  tell JOBS_FAILURE_NOTIFY that jobs failed (jobs/notices.py)
 
 from django.utils.translation import gettext_lazy as _
 
-from jobs import conf, notices, prune
-from jobs.registry import kind
+from jobs import conf, notices
+from jobs.engine.registry import kind
+from jobs.maintenance import prune
 
 
 @kind("jobs.prune", label=_("Job history pruning"), unique_key=lambda payload, owner: "jobs.prune", max_attempts=3)

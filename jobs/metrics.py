@@ -7,7 +7,7 @@ kinds of numbers:
 - *State* is read as it is now: jobs by queue and state, the age of the
   longest-waiting runnable job per queue, each live worker's heartbeat age.
 - *Flow* (finished jobs by outcome, failures, retries, durations) is read
-  from the per-minute rollup (jobs/rollup.py), the same rows the admin's
+  from the per-minute rollup (jobs/engine/rollup.py), the same rows the admin's
   dashboard charts, over the whole minutes of the last
   `JOBS_METRICS_WINDOW_SECONDS` (default 600, the current minute included),
   and exposed as gauges and a gauge histogram, not as counters: totals
@@ -39,8 +39,11 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from jobs import conf, queries, rollup, scheduler, selectors
-from jobs.models import FINISHED_STATUSES, Job, JobStatus, Queue, Worker
+from jobs import conf
+from jobs.engine import queries, rollup
+from jobs.models import CLAIMABLE, FINISHED_STATUSES, PARKED, Job, JobStatus, Queue, Worker
+from jobs.runtime import scheduler
+from jobs.selectors import standing as selectors
 
 # Below this many rows every state is counted exactly; above it only the
 # states with a partial index are (a COUNT over millions of finished rows
@@ -79,8 +82,8 @@ def state_counts(queues=()):
     # Each query below matches one partial index's predicate exactly, so it
     # reads only the claimable, parked or running rows.
     live = [
-        Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=True),
-        Job.objects.filter(status=JobStatus.READY, blocked_key__isnull=False),
+        Job.objects.filter(CLAIMABLE),
+        Job.objects.filter(PARKED),
         Job.objects.filter(status=JobStatus.RUNNING),
     ]
     for queryset in live:
@@ -139,8 +142,7 @@ def recent_claims(since):
     window, queued again), never from a scan of all history.
     """
     recent = Q(status=JobStatus.RUNNING) | Q(status__in=FINISHED_STATUSES, finished_at__gte=since)
-    recent |= Q(status=JobStatus.READY, blocked_key__isnull=True)
-    recent |= Q(status=JobStatus.READY, blocked_key__isnull=False)
+    recent |= CLAIMABLE | PARKED
     rows = Job.objects.filter(recent, started_at__gte=since).order_by().values_list("kind")
     return dict(rows.annotate(n=Count("pk")))
 

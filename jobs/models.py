@@ -2,7 +2,7 @@
 
 The states and which transitions move a job between them are documented in
 docs/lifecycle.md; the transitions themselves live in `jobs/services.py`, one
-guarded UPDATE each, and how an attempt's end picks one in `jobs/outcome.py`.
+guarded UPDATE each, and how an attempt's end picks one in `jobs/engine/outcome.py`.
 Nothing else writes `status`.
 """
 
@@ -39,7 +39,7 @@ class JobStatus(models.TextChoices):
 class Outcome(models.TextChoices):
     """How an attempt ended: the one word for it in stop requests, events, logs and pages.
 
-    jobs/outcome.py says where each leads (its TABLE); each is a JobEvent kind too.
+    jobs/engine/outcome.py says where each leads (its TABLE); each is a JobEvent kind too.
     """
 
     SUCCEEDED = "succeeded", _("succeeded")
@@ -101,6 +101,13 @@ class JobQuerySet(models.QuerySet):
 # The one ordering expression: priority, then staff's manual position, then age.
 CLAIM_ORDER = ("-priority", "position", "enqueued_at", "id")
 
+# The one definition of which READY jobs a worker may take: those not parked
+# behind a full key, a rate window or unfinished parents (`blocked_key` set).
+# Every READY job is exactly one of the two, and each has its partial index
+# below; jobs/engine/queries.py spells CLAIMABLE once in SQL (CLAIMABLE_SQL).
+CLAIMABLE = Q(status=JobStatus.READY, blocked_key__isnull=True)
+PARKED = Q(status=JobStatus.READY, blocked_key__isnull=False)
+
 
 class Job(models.Model):
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -127,13 +134,13 @@ class Job(models.Model):
     asked_fingerprint = models.CharField(_("asked fingerprint"), max_length=128, blank=True,
                                          default="", db_default="")
     concurrency_keys = models.JSONField(_("concurrency keys"), default=list, blank=True)
-    # At most a rate limit's N starts per period share this key ("" for none; jobs/limits.py).
+    # At most a rate limit's N starts per period share this key ("" for none; jobs/engine/limits.py).
     rate_key = models.CharField(_("rate key"), max_length=255, blank=True, default="", db_default="")
     # Set while a READY job may not start yet: such jobs leave the claim index,
     # so one user's 100k queued jobs never make the claim scan past them (see
-    # jobs/claiming.py). A concurrency key at its limit, "@rate:<key>" for a
+    # jobs/engine/claiming.py). A concurrency key at its limit, "@rate:<key>" for a
     # rate key whose window is full, "@parents" for a dependent whose parents
-    # have not all finished (jobs/dependencies.py).
+    # have not all finished (jobs/engine/dependencies.py).
     blocked_key = models.CharField(max_length=255, null=True, blank=True, editable=False)  # noqa: DJ001
     on_dependency_failure = models.CharField(
         _("on dependency failure"), max_length=10, choices=OnDependencyFailure,
@@ -211,19 +218,15 @@ class Job(models.Model):
             # The claim: exactly the claimable set, in claim order.
             models.Index(
                 "queue", models.F("priority").desc(), "position", "enqueued_at", "id",
-                condition=Q(status=JobStatus.READY, blocked_key__isnull=True),
-                name="jobs_job_claimable",
+                condition=CLAIMABLE, name="jobs_job_claimable",
             ),
             # Each queue's longest wait (metrics, the dashboard, the queue sample): the
             # first entry of each queue's slice, not a read of every claimable row.
-            models.Index(fields=["queue", "run_after"],
-                         condition=Q(status=JobStatus.READY, blocked_key__isnull=True),
-                         name="jobs_job_waiting"),
+            models.Index(fields=["queue", "run_after"], condition=CLAIMABLE, name="jobs_job_waiting"),
             # Jobs parked behind a busy key, unparked one per freed slot.
             models.Index(
                 "blocked_key", models.F("priority").desc(), "position", "enqueued_at", "id",
-                condition=Q(status=JobStatus.READY, blocked_key__isnull=False),
-                name="jobs_job_blocked",
+                condition=PARKED, name="jobs_job_blocked",
             ),
             # Running jobs: lease renewal, rescue, per-key counts. Small by nature.
             models.Index(fields=["lease_expires_at"], condition=Q(status=JobStatus.RUNNING),
@@ -251,7 +254,7 @@ class Job(models.Model):
 
 
 class JobEvent(models.Model):
-    """One per transition of a job (jobs/history.py writes them), and per staff action on it."""
+    """One per transition of a job (jobs/engine/history.py writes them), and per staff action on it."""
 
     KINDS = [*Outcome.choices, *Action.choices]
 
@@ -329,7 +332,7 @@ class RateLimit(models.Model):
     `starts` holds the window: the database clock's epoch seconds of the
     recent starts, oldest first, at most `limit` of them. `opens_at` is set
     while jobs wait for the window: when its oldest start leaves it, and a
-    worker unparks them (jobs/limits.py).
+    worker unparks them (jobs/engine/limits.py).
     """
 
     key = models.CharField(max_length=255, primary_key=True)
@@ -351,7 +354,7 @@ class RateLimit(models.Model):
 
 
 class JobDependency(models.Model):
-    """`child` may start only once `parent` is SUCCESSFUL (jobs/dependencies.py)."""
+    """The dependent (`child`) may start only once `parent` is SUCCESSFUL (jobs/engine/dependencies.py)."""
 
     parent = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="child_links")
     child = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="parent_links")
@@ -382,13 +385,13 @@ class ConcurrencyLimit(models.Model):
 
 # Upper bounds (seconds) of the duration histogram's buckets; the last column
 # counts what took longer. Enough resolution for p50/p95 of jobs that take a
-# tenth of a second to an hour (jobs/rollup.py interpolates within a bucket).
+# tenth of a second to an hour (jobs/engine/rollup.py interpolates within a bucket).
 DURATION_BOUNDS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
 DURATION_COLUMNS = tuple(f"took_{i:02d}" for i in range(len(DURATION_BOUNDS_S) + 1))
 
 
 class JobRollup(models.Model):
-    """What finished in one minute, for one queue and kind: written by jobs/rollup.py in the
+    """What finished in one minute, for one queue and kind: written by jobs/engine/rollup.py in the
     transaction that finishes each job, so a rolled-back transition counts nothing.
 
     The dashboard and `/metrics` read only these rows (never a scan of jobs); they are
@@ -438,7 +441,7 @@ class JobRollup(models.Model):
 
 class QueueSample(models.Model):
     """A queue's state at the start of one minute: what waits, how long the oldest has waited,
-    what runs. Taken by whichever worker first sees the minute without one (jobs/rollup.py),
+    what runs. Taken by whichever worker first sees the minute without one (jobs/engine/rollup.py),
     from the partial indexes' counts."""
 
     queue = models.CharField(max_length=100)

@@ -1,6 +1,6 @@
 """Failure notices: people told by e-mail or webhook when jobs fail for good (JOBS_FAILURE_NOTIFY).
 
-Besides the ERROR log line every failure writes (jobs/history.py), each
+Besides the ERROR log line every failure writes (jobs/engine/history.py), each
 target of JOBS_FAILURE_NOTIFY (all e-mail addresses together, each webhook
 URL apart) hears of failures through jobs of the `jobs.notify_failure`
 kind, so sending is retried and never holds up the worker that recorded
@@ -37,7 +37,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from jobs import conf, egress, queries
+from jobs import conf, egress
+from jobs.engine import queries
+from jobs.engine.enqueue import enqueue
 from jobs.exceptions import Retry
 from jobs.models import FailureNotice, Job, JobStatus
 
@@ -68,8 +70,6 @@ def job_failed(job):
     found = targets()
     if not found:
         return
-    from jobs import services  # services calls this module: imported when first needed
-
     now = timezone.now()
     window = timedelta(seconds=conf.JOBS_FAILURE_NOTIFY_WINDOW_SECONDS)
     code = job.error_code or ""
@@ -80,7 +80,7 @@ def job_failed(job):
         if row.filter(scheduled=False).update(scheduled=True):
             notice = row.get()
             run_after = max(now, notice.sent_at + window) if notice.sent_at else now
-            services.enqueue(KIND, {"notice": notice.pk}, run_after=run_after)
+            enqueue(KIND, {"notice": notice.pk}, run_after=run_after)
 
 
 def send(payload):
@@ -117,10 +117,8 @@ def settle(job):
     row.scheduled = bool(row.pending) and job.status == JobStatus.SUCCESSFUL
     row.save(update_fields=["pending", "sent_at", "since", "scheduled"])
     if row.scheduled:
-        from jobs import services
-
         window = timedelta(seconds=conf.JOBS_FAILURE_NOTIFY_WINDOW_SECONDS)
-        services.enqueue(KIND, {"notice": row.pk}, run_after=now + window)
+        enqueue(KIND, {"notice": row.pk}, run_after=now + window)
 
 
 # --- What is sent --------------------------------------------------------------

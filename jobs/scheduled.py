@@ -1,4 +1,4 @@
-"""The engine's scheduled functions, fired by django-q2 schedules (see jobs/scheduler.py).
+"""The engine's scheduled functions, fired by django-q2 schedules (see jobs/runtime/scheduler.py).
 
 Each one only enqueues a Haulage job, so the work itself has the engine's
 guarantees (leases, retries, history) and a firing takes milliseconds.

@@ -11,7 +11,7 @@ their schedules fire instead, in their `scheduled` modules:
     def housekeeping():
         ...
 
-The Schedules admin offers only these (jobs/admin_schedules.py), and a firing
+The Schedules admin offers only these (jobs/admin/schedules.py), and a firing
 of anything else becomes a refusal before it is queued (`refuse_unregistered`):
 the cluster logs it, records it as a failed task and never imports the path.
 """

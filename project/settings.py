@@ -124,7 +124,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
         _options["prepare_threshold"] = None
     else:
-        # The engine's statements (jobs/queries.py) are prepared after their
+        # The engine's statements (jobs/engine/queries.py) are prepared after their
         # fifth run on a connection; Django's own queries are never prepared.
         _options.setdefault("prepare_threshold", 5)
 # LISTEN holds a session, so behind a transaction pooler workers listen over a

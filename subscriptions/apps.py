@@ -9,6 +9,6 @@ class SubscriptionsConfig(AppConfig):
     verbose_name = _("Subscriptions")
 
     def ready(self):
-        from jobs import selectors
+        from jobs.selectors import standing as selectors
 
         selectors.describe_key("subscriber", _("Your other subscriptions are being checked."))

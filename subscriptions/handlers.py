@@ -13,7 +13,7 @@ every worker.
 
 from django.utils.translation import gettext_lazy as _
 
-from jobs.registry import kind
+from jobs.engine.registry import kind
 from subscriptions import checking, conf, services
 from subscriptions.services import CHECK_KIND, check_key
 

@@ -123,7 +123,7 @@ def fast_engine(settings):
 @pytest.fixture
 def run_worker(fast_engine):
     """Run an in-process Worker until it has nothing left (`--burst`), then return it."""
-    from jobs.worker import Worker
+    from jobs.runtime.worker import Worker
 
     def run(timeout=30, **options):
         options.setdefault("burst", True)
@@ -142,7 +142,7 @@ def run_worker(fast_engine):
 def _fresh_queue_settings():
     """Each test starts without queue settings cached by an earlier one, nor a pause of the
     one-statement claim an earlier one's jobs with keys began."""
-    from jobs import claiming, limits
+    from jobs.engine import claiming, limits
 
     limits.forget_queue_settings()
     claiming._plain_paused_until.clear()
@@ -150,9 +150,9 @@ def _fresh_queue_settings():
 
 @pytest.fixture(autouse=True)
 def _spinning_as_at_start(monkeypatch):
-    """`runworker` stops spinning for its whole process (jobs/dbwait.py): a test that runs it in
+    """`runworker` stops spinning for its whole process (jobs/engine/dbwait.py): a test that runs it in
     this process must not leave the rest of this process's tests without the spin."""
-    from jobs import dbwait
+    from jobs.engine import dbwait
 
     monkeypatch.setattr(dbwait, "_spinning", dbwait._spinning)  # put back when the test ends
 

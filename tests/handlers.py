@@ -8,8 +8,8 @@ import os
 import signal
 import time
 
+from jobs.engine.registry import kind
 from jobs.exceptions import Fail, Retry
-from jobs.registry import kind
 from jobs.signals import job_finished
 
 
@@ -237,7 +237,7 @@ def rated(ctx, payload):
 @kind("tests.chain", max_attempts=3, backoff_base_s=0)
 def chain(ctx, payload):
     """A step of a workflow: appends "step <name> <job id> <parents' states>" to the ledger."""
-    from jobs.dependencies import parents_of
+    from jobs.engine.dependencies import parents_of
 
     states = ",".join(parents_of(ctx.job).values_list("status", flat=True)) or "-"
     with open(payload["ledger"], "a") as f:

@@ -19,9 +19,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, transaction
 from django.utils.translation import gettext as _
 
-from jobs import conf, files, outcome, registry, services
-from jobs.cv import clients
+from jobs import conf, services
+from jobs.cv import clients, files
 from jobs.cv.transport import State, Transport, result_path
+from jobs.engine import outcome, registry
 from jobs.exceptions import Fail, TransportUnavailable
 from jobs.models import Job, JobStatus, Outcome
 

@@ -41,8 +41,8 @@ from django.utils.module_loading import autodiscover_modules
 from django.utils.translation import gettext
 from redis.exceptions import RedisError
 
-from jobs import conf, files
-from jobs.cv import clients
+from jobs import conf
+from jobs.cv import clients, files
 from jobs.cv.transport import (
     Admission,
     CVConfig,
@@ -111,7 +111,7 @@ def registered_types():
 class CVJobContext:
     """What a CV handler gets besides its payload: progress, stop requests, a folder.
 
-    The engine's JobContext (jobs/context.py) without a database: `progress()`
+    The engine's JobContext (jobs/runtime/context.py) without a database: `progress()`
     and `should_stop()` mean the same, written to and read from Redis.
     """
 
@@ -256,7 +256,7 @@ class CVWorker:
 
     def request_stop(self):
         """Stop taking jobs; running ones get CV_SHUTDOWN_GRACE_S to finish (from any thread;
-        a signal handler goes through jobs/stopsignals.py)."""
+        a signal handler goes through jobs/runtime/stopsignals.py)."""
         self._stop.set()
 
     def run(self):

@@ -11,9 +11,9 @@ from django.test import Client
 
 from downloads import progress, services, storage
 from downloads.models import Download, DownloadQuota, MediaAsset
-from jobs import dependencies
-from jobs.childside import has_marker
+from jobs.engine import dependencies
 from jobs.models import Job, JobStatus
+from jobs.runtime.process.child import has_marker
 from tests import media
 from tests.acceptance.conftest import wait_for
 
@@ -97,7 +97,7 @@ def test_a_direct_mp4_arrives_byte_for_byte_and_is_served_with_ranges(worker, or
     # commit), and the insights prefetch waits for the split.
     assert list(dependencies.parents_of(segment)) == [done.job]
     wait_for(lambda: Job.objects.get(pk=segment.pk).blocked_key is None, timeout=10)
-    [prefetch] = dependencies.children_of(segment)
+    [prefetch] = dependencies.dependents_of(segment)
     assert (prefetch.kind, prefetch.blocked_key) == ("insights.prefetch", "@parents")
 
     client = Client()

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from django_q.models import Failure, Schedule, Success
 
-from jobs.scheduler import OWNER_ENV
+from jobs.runtime.scheduler import OWNER_ENV
 from tests.acceptance.conftest import wait_for
 from tests.proc import read_stat
 

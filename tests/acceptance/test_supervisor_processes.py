@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from jobs import childside
-from jobs.supervisor import Child, Limits, StopReason, WatchSettings, watch
+from jobs.runtime.process import child as childside
+from jobs.runtime.process.parent import Child, Limits, StopReason, WatchSettings, watch
 from tests.proc import read_stat
 from tests.supervisor_children import ROOT, argv
 

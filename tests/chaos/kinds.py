@@ -23,7 +23,7 @@ same way. Downloads run the real `downloads.fetch` and write no ledger.
 import os
 import time
 
-from jobs import registry
+from jobs.engine import registry
 from jobs.exceptions import Fail
 
 LEDGER_DIR_ENV = "CHAOS_LEDGER_DIR"
@@ -62,7 +62,7 @@ def write(event, ctx, extra="-"):
 
 
 def _in_child():
-    from jobs.childside import MARKER_ENV
+    from jobs.runtime.process.child import MARKER_ENV
 
     return MARKER_ENV in os.environ
 

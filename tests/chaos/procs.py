@@ -8,7 +8,7 @@ pidfd opened after that check, so a recycled pid is never hit.
 import os
 import signal
 
-from jobs.childside import MARKER_ENV, is_running
+from jobs.runtime.process.child import MARKER_ENV, is_running
 from tests.proc import read_stat
 
 

@@ -7,7 +7,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from jobs import admin_views, services
+from jobs import services
+from jobs.admin import views as admin_views
 from jobs.models import Job, JobEvent, JobStatus
 from tests.waiting import wait_until
 
@@ -41,7 +42,7 @@ def viewer(django_user_model):
 def test_staff_moves_a_job_to_the_front_and_the_running_worker_takes_it_next(
     live_server, page, staff_user, fast_engine
 ):
-    from jobs.worker import Worker
+    from jobs.runtime.worker import Worker
 
     slow = services.enqueue("tests.sleep_for", {"seconds": 60})
     worker = Worker(queues=["default"], concurrency=1)

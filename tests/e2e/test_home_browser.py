@@ -7,8 +7,8 @@ from django.utils import timezone
 from downloads import progress
 from downloads import services as downloads
 from downloads.models import Download
-from jobs import claiming
 from jobs import services as jobs
+from jobs.engine import claiming
 from jobs.models import Job, JobStatus, Worker
 from tests.e2e.conftest import LAPTOP, PHONE, sideways_overflow, visit
 

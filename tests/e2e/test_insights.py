@@ -9,7 +9,7 @@ import pytest
 from insights import conf
 from jobs import services as jobs
 from jobs.models import Worker as WorkerRow
-from jobs.worker import Worker
+from jobs.runtime.worker import Worker
 from tests.acceptance.conftest import spawn_worker  # noqa: F401 - the fixture, used below
 from tests.e2e.test_video_journey import wait_until
 

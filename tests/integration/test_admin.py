@@ -10,8 +10,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs import admin as jobs_admin
-from jobs import claiming, services
+from jobs import services
+from jobs.admin import jobs as jobs_admin
+from jobs.engine import claiming
 from jobs.models import ConcurrencyLimit, Job, JobEvent, JobStatus, Queue, Worker
 
 pytestmark = pytest.mark.django_db
@@ -168,7 +169,7 @@ def test_up_next_numbers_the_queue_and_says_why_each_job_waits(staff):
 
 
 def test_up_next_pages_continue_the_numbering(staff, monkeypatch):
-    from jobs import admin_views
+    from jobs.admin import views as admin_views
 
     monkeypatch.setattr(admin_views, "PER_PAGE", 2)
     jobs = [services.enqueue("tests.noop", {}, priority=p) for p in (0, 3, 1, 2, 0)]

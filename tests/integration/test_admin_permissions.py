@@ -44,8 +44,8 @@ from core.models import ApiToken, hash_token
 from downloads import services as downloads
 from downloads.models import Download, DownloadQuota, MediaAsset, url_digest
 from insights.models import Insight, InsightKind
-from jobs import admin as jobs_admin
 from jobs import schedules, services
+from jobs.admin import jobs as jobs_admin
 from jobs.models import ConcurrencyLimit, Job, JobStatus, Queue, RateLimit, Worker
 from subscriptions import services as subscriptions
 from subscriptions.models import Entry

@@ -7,7 +7,8 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs import order, services
+from jobs import services
+from jobs.engine import actions
 from jobs.exceptions import IllegalTransition
 from jobs.models import Action, Job, JobEvent, JobStatus, Worker
 
@@ -98,7 +99,7 @@ def test_only_queued_jobs_move(staff_user):
 
 
 def test_a_move_far_back_is_refused_instead_of_renumbering_the_world(monkeypatch):
-    monkeypatch.setattr(order, "MOVE_RENUMBER_MAX", 3)
+    monkeypatch.setattr(actions, "MOVE_RENUMBER_MAX", 3)
     ids = make_queue([(0, 0, 0, False)] * 6)
     with pytest.raises(IllegalTransition):
         services.move_up(Job.objects.get(pk=ids[5]))

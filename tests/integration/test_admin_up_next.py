@@ -9,7 +9,8 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs import claiming, services
+from jobs import services
+from jobs.engine import claiming
 from jobs.models import Job, Worker
 
 pytestmark = pytest.mark.django_db

@@ -2,7 +2,8 @@
 
 import pytest
 
-from jobs import claiming, outcome, services
+from jobs import services
+from jobs.engine import claiming, enqueue, outcome
 from jobs.models import Action, Job, JobEvent, JobStatus, Outcome, Worker
 
 pytestmark = pytest.mark.django_db
@@ -77,7 +78,7 @@ def test_a_run_again_that_cannot_be_queued_is_logged_and_the_job_still_ends(monk
     def refuse(*args, **kwargs):
         raise RuntimeError("the queue refused it")
 
-    monkeypatch.setattr(services, "enqueue", refuse)
+    monkeypatch.setattr(enqueue, "enqueue", refuse)
     assert outcome.record(job, Outcome.SUCCEEDED) is True
     assert jobs_of_the_key() == [(JobStatus.SUCCESSFUL, "v1", "")]
     assert f"running job {job.pk} again for newer data failed" in caplog.text

@@ -10,9 +10,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import reaper, registry, services
+from jobs import services
+from jobs.engine import registry
+from jobs.maintenance import reaper
 from jobs.models import ConcurrencyLimit, Job, JobStatus, Queue
-from jobs.worker import Worker
+from jobs.runtime.worker import Worker
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,11 +22,11 @@ from downloads import conf as downloads_conf
 from downloads import services
 from insights import generators
 from insights.models import InsightKind
-from jobs import registry
-from jobs.childside import EXIT_ADDRESS_SPACE, LIMITS_ENV, Limits, has_marker
+from jobs.engine import registry
 from jobs.exceptions import Fail
 from jobs.models import JobStatus
-from jobs.supervisor import python_env
+from jobs.runtime.process.child import EXIT_ADDRESS_SPACE, LIMITS_ENV, Limits, has_marker
+from jobs.runtime.process.parent import python_env
 from project.env import SettingsError
 from tests import media
 from tests.acceptance.conftest import spawn_worker  # noqa: F401 - the fixture
@@ -113,7 +113,7 @@ class EndlessOrigin:
 
 CHILD = """
 import json, resource, sys
-from jobs import childside
+from jobs.runtime.process import child as childside
 
 def main():
     import django
@@ -273,13 +273,13 @@ def test_the_memory_cap_ends_a_child_whatever_it_reads(tmp_path):
 # --- The same through the engine --------------------------------------------------------
 
 def child_of(job):
-    """The pid of the job's running child (`python -m jobs.child`), or None."""
+    """The pid of the job's running child (`python -m jobs.runtime.process.main`), or None."""
     marker = f"job-{job.pk}-{job.lease_token}"
     for name in os.listdir("/proc"):
         if name.isdigit() and has_marker(int(name), marker):
             try:
                 with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                    if b"jobs.child" in cmdline.read():
+                    if b"jobs.runtime.process.main" in cmdline.read():
                         return int(name)
             except OSError:
                 pass

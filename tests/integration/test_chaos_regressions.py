@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from jobs import claiming, reaper, services
+from jobs import services
 from jobs.cv import clients
 from jobs.cv.monitor import Monitor
 from jobs.cv.transport import (
@@ -32,6 +32,8 @@ from jobs.cv.transport import (
     result_path,
 )
 from jobs.cv.worker import CVWorker
+from jobs.engine import claiming
+from jobs.maintenance import reaper
 from jobs.models import Job, JobStatus
 from jobs.models import Worker as WorkerRow
 from tests import cv_handlers  # noqa: F401 - registers the CV test handlers
@@ -232,7 +234,7 @@ def test_an_attempt_redis_forgot_is_sent_again_only_after_a_heartbeat_ttl(monito
 
 def test_a_result_file_older_than_the_attempt_is_never_ingested_for_it(monitor, prefix, media_root):
     # Left by a job of the same id in a database that was reset (MEDIA_ROOT kept).
-    from jobs import files
+    from jobs.cv import files
 
     services.enqueue("tests.cv_noop", {"echo": 1})
     [job] = claiming.claim(monitor.worker.row, queues=["cv"], kinds=["tests.cv_noop"], limit=1)
@@ -248,7 +250,7 @@ def test_a_result_file_older_than_the_attempt_is_never_ingested_for_it(monitor, 
 
 def test_an_attempt_whose_status_redis_lost_after_its_result_was_written_is_ingested(
         monitor, prefix, media_root):
-    from jobs import files
+    from jobs.cv import files
 
     job = claimed_cv_job(monitor)
     relative = result_path(str(job.pk), job.attempts)

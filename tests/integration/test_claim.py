@@ -7,7 +7,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import claiming, outcome, reaper, services
+from jobs import services
+from jobs.engine import claiming, outcome
+from jobs.maintenance import reaper
 from jobs.models import ConcurrencyLimit, Job, JobEvent, JobStatus, Outcome, Queue, Worker
 
 pytestmark = pytest.mark.django_db

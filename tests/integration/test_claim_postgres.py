@@ -9,7 +9,8 @@ import pytest
 from django.db import NotSupportedError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from jobs import claiming, queries, services
+from jobs import services
+from jobs.engine import claiming, queries
 from jobs.models import Job, JobStatus, Worker
 from tests.connections import other_connection
 from tests.plans import prepared_plan

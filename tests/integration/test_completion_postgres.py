@@ -7,7 +7,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import claiming, queries, services
+from jobs import services
+from jobs.engine import claiming, queries
 from jobs.models import Job, JobStatus, Worker
 from tests.plans import prepared_plan
 

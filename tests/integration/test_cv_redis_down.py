@@ -10,11 +10,12 @@ import pytest
 
 from downloads import services
 from downloads.models import Download, MediaAsset, Shot
-from jobs import claiming, selectors
 from jobs.cv import clients
 from jobs.cv.monitor import Monitor
+from jobs.engine import claiming
 from jobs.models import Job, JobEvent, JobStatus, Outcome
 from jobs.models import Worker as WorkerRow
+from jobs.selectors import standing as selectors
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

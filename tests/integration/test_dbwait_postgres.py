@@ -1,7 +1,9 @@
-"""Each wait for PostgreSQL's reply looks at the socket before it sleeps (jobs/dbwait.py):
-the replies are the same, a slow server is left to psycopg's waiting, and a connection
-whose replies keep coming late stops spinning for a while."""
+"""Each wait for PostgreSQL's reply to a statement made inside `dbwait.spinning()` looks at the
+socket before it sleeps (jobs/engine/dbwait.py): the replies are the same, a slow server is
+left to psycopg's waiting, a connection whose replies keep coming late stops spinning for a
+while, and every other statement on the same connections waits exactly as psycopg does."""
 
+import asyncio
 import gc
 import threading
 import weakref
@@ -11,7 +13,8 @@ from django.db import OperationalError, connection, transaction
 from django.test import override_settings
 from psycopg import generators, waiting
 
-from jobs import dbwait, queries, services
+from jobs import services
+from jobs.engine import dbwait, queries
 from jobs.models import Job
 from tests.connections import other_connection
 
@@ -39,13 +42,49 @@ def sleeps(monkeypatch):
     return seen
 
 
+@pytest.fixture
+def spun(monkeypatch):
+    """Every operation a spinner took over (one per statement, commit...)."""
+    seen = []
+    real = dbwait._Spinner.wrap
+
+    def recorded(self, gen, fileno):
+        seen.append(self)
+        return real(self, gen, fileno)
+
+    monkeypatch.setattr(dbwait._Spinner, "wrap", recorded)
+    return seen
+
+
+@pytest.fixture
+def spinning_conn():
+    """A connection of its own with the spin installed, long enough to answer any reply."""
+    with other_connection(autocommit=True) as conn:
+        dbwait.install(conn, LONG_SPIN_US)
+        yield conn
+
+
+def spins(conn, sleeps, spun):
+    """Whether a statement on `conn` made here spins: the spinner takes it over and every
+    reply comes within the spin; if not, psycopg's own waiting gets it untouched."""
+    sleeps.clear()
+    spun.clear()
+    assert conn.execute("SELECT 6 * 7").fetchone() == (42,)
+    if spun:
+        assert sleeps == [], "a long spin answers every wait of a statement on loopback"
+        return True
+    assert sleeps, "a statement that does not spin waits in psycopg at least once for its reply"
+    return False
+
+
 def test_a_reply_within_the_spin_never_reaches_psycopgs_sleep(sleeps):
     with other_connection(autocommit=True) as conn:
         conn.execute("SELECT 1")
         assert sleeps, "without the spin, a statement waits in psycopg"
         dbwait.install(conn, LONG_SPIN_US)
         sleeps.clear()
-        results = [conn.execute("SELECT %s::int * 2", [n]).fetchone()[0] for n in range(20)]
+        with dbwait.spinning():
+            results = [conn.execute("SELECT %s::int * 2", [n]).fetchone()[0] for n in range(20)]
         assert results == [n * 2 for n in range(20)]
         assert sleeps == []
 
@@ -67,6 +106,7 @@ def test_a_wait_the_spin_cannot_answer_is_handed_on_and_ends_the_same():
         assert waiting.wait(handed_on, fileno)[0].get_value(0, 1) == b"slept"
 
 
+@dbwait.spinning
 def test_a_run_of_late_replies_rests_the_spin_and_a_timely_one_ends_the_run():
     with other_connection(autocommit=True) as conn:
         dbwait.install(conn, 200)
@@ -98,7 +138,7 @@ def test_djangos_connections_spin_by_the_setting_and_not_when_it_is_0():
 def test_the_engines_statements_behave_the_same_through_the_spin(sleeps):
     """Autocommit, a transaction, a pipeline, COPY and an error, on a connection that spins."""
     connection.close()
-    with override_settings(JOBS_DB_SPIN_MICROSECONDS=LONG_SPIN_US):
+    with override_settings(JOBS_DB_SPIN_MICROSECONDS=LONG_SPIN_US), dbwait.spinning():
         connection.ensure_connection()
         sleeps.clear()
         job = services.enqueue("tests.noop", {"n": 1})
@@ -124,7 +164,7 @@ def test_a_connection_killed_during_a_wait_is_an_error_not_a_hang():
         kill = threading.Timer(0.3, killer.execute, ["SELECT pg_terminate_backend(%s)", [pid]])
         kill.start()
         try:
-            with pytest.raises(OperationalError), connection.cursor() as cursor:
+            with pytest.raises(OperationalError), dbwait.spinning(), connection.cursor() as cursor:
                 cursor.execute("SELECT pg_sleep(30)")
         finally:
             kill.join()
@@ -134,7 +174,8 @@ def test_a_connection_killed_during_a_wait_is_an_error_not_a_hang():
 def test_the_spin_keeps_no_connection_alive():
     conn = other_connection(autocommit=True)
     dbwait.install(conn, 200)
-    conn.execute("SELECT 1")
+    with dbwait.spinning():
+        conn.execute("SELECT 1")
     conn.close()
     ref = weakref.ref(conn)
     del conn
@@ -149,12 +190,96 @@ def test_a_process_that_stops_spinning_waits_in_psycopg_on_open_and_new_connecti
     dbwait.stop_spinning()
     assert "wait" not in vars(connection.connection)
     sleeps.clear()
-    connection.cursor().execute("SELECT 1")
+    with dbwait.spinning():
+        connection.cursor().execute("SELECT 1")
     assert sleeps, "the statement waited in psycopg"
     connection.close()
     connection.ensure_connection()
     assert "wait" not in vars(connection.connection)
     connection.close()
+
+
+def test_a_statement_outside_spinning_is_handed_to_psycopgs_wait_untouched(sleeps, spun):
+    with other_connection(autocommit=True) as conn:
+        dbwait.install(conn, 200)
+        spinner = conn.wait.spinner
+        for _ in range(dbwait.MISSES_BEFORE_REST + 2):
+            assert conn.execute("SELECT pg_sleep(0.01), 7").fetchone()[1] == 7
+        assert spun == [] and sleeps, "no spinner took a statement over: psycopg waited for each"
+        assert (spinner.misses, spinner.resting) == (0, 0), "late replies outside count for nothing"
+
+        with dbwait.spinning():
+            conn.execute("SELECT pg_sleep(0.01)")
+        assert spun == [spinner] and spinner.misses == 1
+
+
+def test_djangos_own_connection_spins_only_inside_spinning(sleeps, spun):
+    connection.close()
+    connection.ensure_connection()
+    assert not spins(connection.connection, sleeps, spun), "the host project's queries"
+    with dbwait.spinning():
+        assert spins(connection.connection, sleeps, spun)
+    assert not spins(connection.connection, sleeps, spun)
+    connection.close()
+
+
+def test_spinning_nests(spinning_conn, sleeps, spun):
+    with dbwait.spinning():
+        with dbwait.spinning():
+            assert spins(spinning_conn, sleeps, spun)
+        assert spins(spinning_conn, sleeps, spun), "the outer one still holds"
+    assert not spins(spinning_conn, sleeps, spun)
+
+
+@pytest.mark.parametrize("decorate", [dbwait.spinning, dbwait.spinning()], ids=["bare", "called"])
+def test_a_decorated_function_spins_inside_and_not_after_it_returns_or_raises(
+        decorate, spinning_conn, sleeps, spun):
+    @decorate
+    def engine_work(fail=False):
+        """The engine's."""
+        inside = spins(spinning_conn, sleeps, spun)
+        if fail:
+            raise RuntimeError("failed")
+        return inside
+
+    assert engine_work.__doc__ == "The engine's."
+    assert engine_work() is True
+    assert not spins(spinning_conn, sleeps, spun)
+    with pytest.raises(RuntimeError):
+        engine_work(fail=True)
+    assert not spins(spinning_conn, sleeps, spun)
+
+
+def test_one_threads_spinning_leaves_another_threads_statements_alone(spinning_conn, sleeps, spun):
+    other_spun = []
+    with dbwait.spinning():
+        thread = threading.Thread(target=lambda: other_spun.append(spins(spinning_conn, sleeps, spun)))
+        thread.start()
+        thread.join()
+        assert spins(spinning_conn, sleeps, spun)
+    assert other_spun == [False]
+
+
+def test_one_tasks_spinning_leaves_another_tasks_statements_alone(spinning_conn, sleeps, spun):
+    inside, outside = asyncio.Event(), asyncio.Event()
+    seen = {}
+
+    async def engine():
+        with dbwait.spinning():
+            inside.set()
+            await outside.wait()  # the other task runs its statement while this one is inside
+            seen["engine"] = spins(spinning_conn, sleeps, spun)
+
+    async def host():
+        await inside.wait()
+        seen["host"] = spins(spinning_conn, sleeps, spun)
+        outside.set()
+
+    async def both():
+        await asyncio.gather(engine(), host())
+
+    asyncio.run(both())
+    assert seen == {"engine": True, "host": False}
 
 
 def test_runworker_stops_spinning_before_it_starts_its_threads(monkeypatch):

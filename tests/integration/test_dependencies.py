@@ -6,8 +6,11 @@ import pytest
 from django.db import connection, transaction
 from django.tasks import TaskResultStatus
 
-from jobs import claiming, dependencies, outcome, reaper, selectors, services
+from jobs import services
+from jobs.engine import claiming, dependencies, outcome
+from jobs.maintenance import reaper
 from jobs.models import Job, JobDependency, JobStatus, Outcome, Worker
+from jobs.selectors import standing as selectors
 from tests import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -190,10 +193,10 @@ def test_tasks_api_depends_on_task_results(run_worker):
     assert JobDependency.objects.count() == 2
 
 
-def test_parents_and_children_read_both_ways(tmp_path):
+def test_parents_and_dependents_read_both_ways(tmp_path):
     parent = step(tmp_path / "l", "parent")
     child = step(tmp_path / "l", "child", depends_on=[parent])
-    assert list(dependencies.children_of(parent)) == [fresh(child)]
+    assert list(dependencies.dependents_of(parent)) == [fresh(child)]
     assert list(dependencies.parents_of(child)) == [fresh(parent)]
 
 

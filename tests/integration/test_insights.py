@@ -14,10 +14,10 @@ from django.utils import timezone
 from downloads.models import Download, DownloadStatus, MediaAsset, url_digest
 from insights import conf, selectors, services
 from insights.models import Insight, InsightKind
-from jobs import reaper
 from jobs import services as jobs
+from jobs.maintenance import reaper
 from jobs.models import Job, JobStatus
-from jobs.worker import Worker
+from jobs.runtime.worker import Worker
 from tests.gateway import FakeGateway, Reply
 from tests.waiting import wait_until
 
@@ -393,9 +393,10 @@ def test_shot_notes_say_they_are_not_available_without_shots(user, alice_client)
 
 
 def test_a_stale_worker_cannot_overwrite_the_insight_once_its_lease_moved_on(user, offline):
-    from jobs import claiming, execution
-    from jobs.context import JobContext
+    from jobs.engine import claiming
     from jobs.models import Worker as WorkerRow
+    from jobs.runtime import execution
+    from jobs.runtime.context import JobContext
 
     insight = ask(user, make_asset(user, "Fenced"))
     kinds = [services.job_kind(SUMMARY)]

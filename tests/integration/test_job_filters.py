@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from jobs import services
-from jobs.filters import FilterError, JobFilter, parse_payload
 from jobs.models import Job, JobStatus
+from jobs.selectors.filters import FilterError, JobFilter, parse_payload
 
 pytestmark = pytest.mark.django_db
 

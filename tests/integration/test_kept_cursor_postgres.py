@@ -1,5 +1,5 @@
 """The engine's statements outside a pipeline run on one cursor kept per connection
-(jobs/queries.py): what Django's cursor would do for them still happens."""
+(jobs/engine/queries.py): what Django's cursor would do for them still happens."""
 
 import threading
 
@@ -8,7 +8,8 @@ from django.db import DataError, ProgrammingError, connection, transaction
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
-from jobs import queries, services
+from jobs import services
+from jobs.engine import queries
 from jobs.models import Job
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -1,9 +1,11 @@
-"""Concurrency limits: one rule (jobs.limits.Slots) for enqueue, the claim and the pages."""
+"""Concurrency limits: one rule (jobs.engine.limits.Slots) for enqueue, the claim and the pages."""
 
 import pytest
 
-from jobs import claiming, limits, selectors, services
+from jobs import services
+from jobs.engine import claiming, limits
 from jobs.models import ConcurrencyLimit, Job, Worker
+from jobs.selectors import standing as selectors
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,8 @@ from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import metrics, queries, rollup, services
+from jobs import metrics, services
+from jobs.engine import queries, rollup
 from jobs.models import Job, JobStatus, Worker
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.urls_metrics")]

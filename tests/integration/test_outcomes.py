@@ -1,4 +1,4 @@
-"""How an attempt ends: one rule (jobs/outcome.py), one JobEvent and one log line per transition."""
+"""How an attempt ends: one rule (jobs/engine/outcome.py), one JobEvent and one log line per transition."""
 
 import logging
 from datetime import timedelta
@@ -6,7 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import claiming, outcome, reaper, services
+from jobs import services
+from jobs.engine import claiming, outcome
+from jobs.maintenance import reaper
 from jobs.models import Job, JobEvent, JobStatus, Outcome, Worker
 
 pytestmark = pytest.mark.django_db

@@ -11,8 +11,8 @@ from django.core.management.base import CommandError
 from django.urls import reverse
 
 from jobs import services
-from jobs.filters import MAX_PAYLOAD_KEYS, JobFilter
 from jobs.models import Job, JobStatus
+from jobs.selectors.filters import MAX_PAYLOAD_KEYS, JobFilter
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from jobs import wakeup
+from jobs.engine import wakeup
 
 pytestmark = pytest.mark.postgres
 

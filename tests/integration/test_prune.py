@@ -11,7 +11,8 @@ from django.core.management import CommandError, call_command
 from django.db import models
 from django.utils import timezone
 
-from jobs import conf, prune, services
+from jobs import conf, services
+from jobs.maintenance import prune
 from jobs.models import Job, JobEvent, JobStatus, Outcome
 from tests.connections import other_connection
 
@@ -58,8 +59,8 @@ def test_only_finished_jobs_past_the_age_go_with_their_events():
 
 
 def test_a_failed_job_of_a_kind_with_a_cooldown_is_pruned_once_past_the_age():
-    from jobs import registry
-    from jobs.worker import Worker
+    from jobs.engine import registry
+    from jobs.runtime.worker import Worker
 
     registry.register("tests.cooling", lambda ctx, payload: None, cooldown_s=1800,
                       unique_key=lambda payload, owner: "cooling")

@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 from jobs import services
 from jobs.management.commands.runworker import parse_queues
 from jobs.models import Job, JobStatus
-from jobs.worker import Worker
+from jobs.runtime.worker import Worker
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

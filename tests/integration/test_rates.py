@@ -6,8 +6,10 @@ import time
 import pytest
 from django.db import connection
 
-from jobs import claiming, limits, selectors, services
+from jobs import bounds, services
+from jobs.engine import claiming, limits
 from jobs.models import Job, JobStatus, RateLimit, Worker
+from jobs.selectors import standing as selectors
 from tests.waiting import wait_for
 
 KIND = "tests.rated"  # 3 starts a second per rate key (tests/handlers.py)
@@ -152,7 +154,7 @@ def test_a_kind_without_a_rate_key_in_its_payload_uses_its_name(db):
     ("1/0.5s", (1, 0.5)),
 ])
 def test_rates_parse(text, parsed):
-    assert limits.parse_rate(text) == parsed
+    assert bounds.parse_rate(text) == parsed
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -162,7 +164,7 @@ def test_rates_parse(text, parsed):
 ])
 def test_a_bad_rate_is_refused_with_a_sentence(text, says):
     with pytest.raises(ValueError, match=says):
-        limits.parse_rate(text)
+        bounds.parse_rate(text)
 
 
 @pytest.mark.django_db(transaction=True)

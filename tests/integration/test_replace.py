@@ -6,7 +6,8 @@ import pytest
 from django.tasks import TaskResultStatus
 from django.utils import timezone
 
-from jobs import claiming, services
+from jobs import services
+from jobs.engine import claiming
 from jobs.models import Job, JobStatus, Worker
 from tests import tasks
 from tests.waiting import wait_for

@@ -7,7 +7,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import metrics, outcome, prune, rollup, sampling, services
+from jobs import metrics, services
+from jobs.engine import outcome, rollup
+from jobs.maintenance import prune, sampling
 from jobs.models import DURATION_BOUNDS_S, Job, JobRollup, JobStatus, Outcome, QueueSample
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,7 +54,7 @@ def test_a_worker_counts_what_it_finishes_once_each_by_queue_kind_and_outcome(ru
 
 def test_a_transition_that_rolls_back_counts_nothing(run_worker):
     job = services.enqueue("tests.noop", {})
-    from jobs import claiming
+    from jobs.engine import claiming
     from jobs.models import Worker
 
     worker = Worker.objects.create(name="w", host="h", pid=1)

@@ -5,8 +5,10 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs import claiming, order, selectors, services
+from jobs import services
+from jobs.engine import claiming, order
 from jobs.models import Job, JobStatus, Worker
+from jobs.selectors import standing as selectors
 
 pytestmark = pytest.mark.django_db
 
@@ -84,7 +86,7 @@ def test_up_next_order_equals_claim_order(specs):
 @pytest.fixture
 def cooling():
     """Registers `tests.cooling` (one job at a time, two attempts) with the cool-down asked for."""
-    from jobs import registry
+    from jobs.engine import registry
 
     def register(cooldown_s):
         registry.register("tests.cooling", lambda ctx, payload: None, cooldown_s=cooldown_s,
@@ -95,7 +97,7 @@ def cooling():
 
 
 def test_cooldown_rearms_a_failed_job_asked_for_again_with_attempts_reset(cooling):
-    from jobs.worker import Worker as Reaper
+    from jobs.runtime.worker import Worker as Reaper
 
     cooling(60)
     job = services.enqueue("tests.cooling", {})

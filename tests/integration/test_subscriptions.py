@@ -20,10 +20,10 @@ from django.utils import timezone
 
 from downloads import services as downloads
 from downloads.models import Download, DownloadQuota
-from jobs import execution
-from jobs.context import JobContext
 from jobs.exceptions import IllegalTransition
 from jobs.models import Job, JobStatus
+from jobs.runtime import execution
+from jobs.runtime.context import JobContext
 from subscriptions import scheduled, services
 from subscriptions.models import Entry, Outcome, Subscription
 from subscriptions.services import check_key

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from jobs import limits, services
+from jobs import services
+from jobs.engine import limits, transitions
 from jobs.models import Job, JobStatus
 from jobs.models import Worker as WorkerRow
 from tests.waiting import wait_until
@@ -78,7 +79,7 @@ def test_only_registered_kinds_are_taken(run_worker):
 
 
 def start_background_worker(fast_engine, **options):
-    from jobs.worker import Worker
+    from jobs.runtime.worker import Worker
 
     worker = Worker(**options)
     thread = threading.Thread(target=worker.run, daemon=True)
@@ -123,7 +124,7 @@ def test_an_idle_worker_wakes_on_notify_not_at_the_next_poll(fast_engine):
     try:
         assert wait_until(lambda: WorkerRow.objects.filter(pk=getattr(worker.row, "pk", None)).exists())
         time.sleep(1.5)  # idle now, waiting on its (long) poll
-        from jobs import wakeup
+        from jobs.engine import wakeup
 
         # Only PostgreSQL's NOTIFY may wake it, not this process's own event.
         wakeup.unsubscribe(jobs=worker.wake, stop=worker.stop_check)
@@ -139,7 +140,7 @@ def test_a_completion_batch_whose_session_died_is_recorded_on_a_fresh_one(run_wo
                                                                          tmp_path):
     from django.db import connection
 
-    real = services.complete_many
+    real = transitions.complete_many
     broken = []
 
     def session_dies_first(pairs):
@@ -148,7 +149,7 @@ def test_a_completion_batch_whose_session_died_is_recorded_on_a_fresh_one(run_wo
             connection.connection.close()  # as a terminated session or a failover would
         return real(pairs)
 
-    monkeypatch.setattr(services, "complete_many", session_dies_first)
+    monkeypatch.setattr(transitions, "complete_many", session_dies_first)
     ledger = tmp_path / "ledger"
     jobs = [services.enqueue("tests.ledger", {"ledger": str(ledger)}) for _ in range(3)]
     run_worker()

@@ -5,7 +5,7 @@ import os
 import subprocess
 import time
 
-from jobs import childside
+from jobs.runtime.process import child as childside
 from tests.supervisor_children import argv, ignore_term, report
 
 parser = argparse.ArgumentParser()

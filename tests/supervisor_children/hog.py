@@ -3,7 +3,7 @@
 import os
 import sys
 
-from jobs import childside
+from jobs.runtime.process import child as childside
 
 
 def write_file():

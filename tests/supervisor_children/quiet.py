@@ -4,7 +4,7 @@ import argparse
 import contextlib
 import time
 
-from jobs import childside
+from jobs.runtime.process import child as childside
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--quiet-s", type=float, required=True)

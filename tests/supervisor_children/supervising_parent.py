@@ -3,7 +3,7 @@
 import sys
 import time
 
-from jobs.supervisor import Child
+from jobs.runtime.process.parent import Child
 from tests.supervisor_children import ROOT, argv, report
 
 pids = sys.argv[1]

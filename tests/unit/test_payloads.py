@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from jobs import payloads
+from jobs.engine import payloads
 from jobs.exceptions import InvalidPayload
 
 

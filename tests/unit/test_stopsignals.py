@@ -50,7 +50,7 @@ def run_scenario(code, timeout=20, env=None):
 
 def test_a_stop_signal_under_the_main_threads_lock_is_acted_on():
     done = run_scenario(under_the_lock(
-        "from jobs.stopsignals import on_stop_signals\non_stop_signals(request_stop)"))
+        "from jobs.runtime.stopsignals import on_stop_signals\non_stop_signals(request_stop)"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "stopped [15]"
 
@@ -65,7 +65,7 @@ def test_the_same_signal_hangs_a_handler_that_sets_the_event_itself():
 def test_every_signal_is_relayed_even_after_a_stop_request_fails():
     code = """
 import os, signal, threading, time
-from jobs.stopsignals import on_stop_signals
+from jobs.runtime.stopsignals import on_stop_signals
 seen, second = [], threading.Event()
 
 def request_stop(signum):
@@ -89,7 +89,7 @@ RUNWORKER_HANDLERS = """
 import os, signal, django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 django.setup()
-from jobs.worker import Worker, install_signal_handlers
+from jobs.runtime.worker import Worker, install_signal_handlers
 worker = Worker(name="signal-test")
 install_signal_handlers(worker)
 """ + SIGTERM_UNDER_THE_LOCK.format(event="worker.wake") + """

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from jobs import childside
-from jobs.supervisor import (
+from jobs.runtime.process import child as childside
+from jobs.runtime.process.parent import (
     Child,
     ExitStatus,
     Limits,

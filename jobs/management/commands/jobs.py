@@ -5,7 +5,7 @@
     jobs retry  [filters] [--dry-run]   retry the FAILED jobs matching
     jobs cancel [filters] [--dry-run]   cancel the queued, running or paused jobs matching
 
-Filters are the admin list's (jobs/filters.py): --kind, --queue, --error-code,
+Filters are the admin list's (jobs/selectors/filters.py): --kind, --queue, --error-code,
 --older-than, --owner, --state, --since, --until, --unique-key, --payload.
 Retry and cancel go through the engine's services, one job at a time, as the
 admin's "all matching" does. Every subcommand prints a table, or JSON with --json.
@@ -18,10 +18,13 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from jobs import admin_views, conf, dependencies, metrics, selectors, services
+from jobs import conf, metrics, services
 from jobs.admin import redact
-from jobs.filters import FilterError, JobFilter
+from jobs.admin import views as admin_views
+from jobs.engine import dependencies
 from jobs.models import Job, JobStatus, Queue, Worker
+from jobs.selectors import standing as selectors
+from jobs.selectors.filters import FilterError, JobFilter
 
 DRY_RUN_LISTED = 1000  # jobs a dry run lists; it counts them all
 
@@ -145,7 +148,7 @@ class Command(BaseCommand):
                                 for entry in job.errors or []],
             # The job page's "Workflow" table: what it waits for and what waits for it.
             "parents": [_link(other) for other in dependencies.parents_of(job)],
-            "children": [_link(other) for other in dependencies.children_of(job)],
+            "children": [_link(other) for other in dependencies.dependents_of(job)],
         }
         if self.as_json:
             return self.emit(document)
@@ -191,8 +194,7 @@ class Command(BaseCommand):
             raise CommandError(f"Give at least one filter (--kind, --queue, ...), or --all to {action} "
                                "every job that allows it.")
         matching = job_filter.apply(Job.objects.all())
-        legal = ([JobStatus.FAILED] if action == "retry"
-                 else [JobStatus.READY, JobStatus.PAUSED, JobStatus.RUNNING])
+        legal = services.LEGAL[f"{action}_matching"]
         if dry_run:
             chosen = matching.filter(status__in=legal)
             count = chosen.count()

@@ -1,7 +1,8 @@
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import conf, prune
+from jobs import conf
+from jobs.maintenance import prune
 
 
 class Command(BaseCommand):

@@ -3,9 +3,9 @@
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import stopsignals
 from jobs.cv import clients
 from jobs.cv.worker import CVWorker, discover_handlers
+from jobs.runtime import stopsignals
 
 
 class Command(BaseCommand):

@@ -3,8 +3,9 @@ import re
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import dbwait, registry, scheduler
-from jobs.worker import Worker, install_signal_handlers
+from jobs.engine import dbwait, registry
+from jobs.runtime import scheduler
+from jobs.runtime.worker import Worker, install_signal_handlers
 
 QUEUE_NAME = re.compile(r"[\w.:-]{1,100}")
 
