@@ -1,8 +1,8 @@
 """The engine's tables: every job of every kind is one row of `Job`.
 
 The states and which transitions move a job between them are documented in
-docs/lifecycle.md; the transitions themselves live in `jobs/services.py`, one
-guarded UPDATE each, and how an attempt's end picks one in `jobs/engine/outcome.py`.
+docs/lifecycle.md; the transitions themselves live in `jobs/engine/transitions.py` (people's
+verbs: `jobs/engine/actions.py`), one guarded UPDATE each, and how an attempt's end picks one in `jobs/engine/outcome.py`.
 Nothing else writes `status`.
 """
 
@@ -39,7 +39,8 @@ class JobStatus(models.TextChoices):
 class Outcome(models.TextChoices):
     """How an attempt ended: the one word for it in stop requests, events, logs and pages.
 
-    jobs/engine/outcome.py says where each leads (its TABLE); each is a JobEvent kind too.
+    jobs/engine/outcome.py says where each leads (the table in its docstring); each is a JobEvent
+    kind too.
     """
 
     SUCCEEDED = "succeeded", _("succeeded")
@@ -130,7 +131,7 @@ class Job(models.Model):
     unique_key = models.CharField(_("unique key"), max_length=255, null=True, blank=True)  # noqa: DJ001
     fingerprint = models.CharField(_("fingerprint"), max_length=128, blank=True, default="")
     # A newer fingerprint asked for while the job ran ("" for none): when it ends it runs
-    # again for that data, or takes it if it goes back to READY (jobs/services.py).
+    # again for that data, or takes it if it goes back to READY (jobs/engine/transitions.py).
     asked_fingerprint = models.CharField(_("asked fingerprint"), max_length=128, blank=True,
                                          default="", db_default="")
     concurrency_keys = models.JSONField(_("concurrency keys"), default=list, blank=True)
@@ -441,7 +442,7 @@ class JobRollup(models.Model):
 
 class QueueSample(models.Model):
     """A queue's state at the start of one minute: what waits, how long the oldest has waited,
-    what runs. Taken by whichever worker first sees the minute without one (jobs/engine/rollup.py),
+    what runs. Taken by whichever worker first sees the minute without one (jobs/maintenance/sampling.py),
     from the partial indexes' counts."""
 
     queue = models.CharField(max_length=100)

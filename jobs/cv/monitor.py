@@ -209,7 +209,7 @@ class Monitor(threading.Thread):
 
     def lost(self, job):
         """Redis does not know the job's attempt (it restarted empty): finish it from its result
-        file if the attempt got that far, else publish it again once no CV worker claims it.
+        file if the attempt got that far, else publish it again once no CV worker takes it.
 
         A CV worker still running the attempt registers it again at its next
         heartbeat (`Transport.remind`); sending it before then would have a

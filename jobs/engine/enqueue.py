@@ -142,7 +142,8 @@ def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(),
       down and re-armed (READY, attempts from 0) when asked for after it.
       A live job not yet running takes a new fingerprint (a READY one with its
       attempts reset); a RUNNING one keeps its own and notes the new one, and
-      runs again for it when it ends (`_take_up_asked`);
+      runs again for it when it ends (jobs/engine/transitions.py, step 1 of the
+      pipeline after a job ends);
     - replace: with a unique key, ("payload", "run_after") or either makes a
       READY job holding it take this call's (debounce: the last of a burst wins);
     - depends_on: jobs (or task results, ids) that must all be SUCCESSFUL

@@ -243,7 +243,7 @@ def insert_or_promote(job, replace=()):
     its attempts again (they were spent on the old data). A RUNNING job keeps
     its own (its attempt read the old data) and notes the new one as asked for
     (`asked_fingerprint`, the latest request's; cleared by a request for its own
-    data): when it leaves RUNNING it runs again for that data (services). SET
+    data): when it leaves RUNNING it runs again for that data (transitions). SET
     reads the row as it was, so every CASE sees the old fingerprint.
 
     `replace` (some of REPLACEABLE) makes a READY job take the new payload or
@@ -318,7 +318,7 @@ _INSERT = (f"{_INSERT_INTO} VALUES ({', '.join(['%s'] * len(BULK_COLUMNS))}, "
 
 
 def insert_many(jobs):
-    """Write resolved jobs (see services.resolve): COPY on PostgreSQL, executemany on SQLite.
+    """Write resolved jobs (see enqueue.resolve): COPY on PostgreSQL, executemany on SQLite.
 
     COPY streams the rows with no statement to parse or plan per row and no
     expression to evaluate: half the time of the one INSERT ... SELECT FROM
@@ -747,7 +747,7 @@ def complete_plain(rows, *, minute, event_kind, event_data):
     all in one statement; `rows` are (id, lease token, result, took_s, histogram bucket).
 
     For jobs whose end frees nothing and runs nothing of the app (see
-    services.complete_many): one statement is its own transaction, so the
+    transitions.complete_many): one statement is its own transaction, so the
     event and the rollup's count commit with the transition or not at all,
     with no BEGIN and COMMIT round trips. Each row is guarded by its token, by
     `NOT has_dependents` and by no newer data asked of it: such a job is left

@@ -26,7 +26,7 @@ job leaving RUNNING to go on (READY, PAUSED) takes steps 1 and 2 alone.
 
 Steps 1 and 6 sit above the rules (running again enqueues, and enqueueing ends
 jobs; the notice is the site's setting), so `wire()` puts them in place once,
-from jobs.apps.ready(). How the end of an attempt picks its transition is
+from `JobsConfig.ready()` (jobs/apps.py). How the end of an attempt picks its transition is
 jobs/engine/outcome.py's rule; workers, the watchdog and the reaper go through
 it, never straight here.
 """
@@ -357,11 +357,10 @@ def leave_ready(job, status, event, *, reason, code, level=logging.INFO, actor=N
     return bool(changed)
 
 
-def cancel_dependent(job):
+def cancel_dependent(job, *, reason=None, code=dependencies.FAILED_PARENT):
     """A waiting dependent whose parent failed → CANCELLED (its own dependents follow)."""
-    return leave_ready(job, JobStatus.CANCELLED, Outcome.CANCELLED,
-                       reason=_("An earlier job it depends on failed or was cancelled."),
-                       code=dependencies.FAILED_PARENT)
+    reason = reason or _("An earlier job it depends on failed or was cancelled.")
+    return leave_ready(job, JobStatus.CANCELLED, Outcome.CANCELLED, reason=reason, code=code)
 
 
 def fail_unserved(job, *, reason):

@@ -31,7 +31,7 @@ BATCH_SIZE = 1000
 
 
 # The engine's own rows about a job, which go with it: its events, and its
-# links to parents and children (a finished job's dependents were decided
+# links to parents and dependents (a finished job's dependents were decided
 # when it finished).
 ENGINE_ROWS = (JobEvent, JobDependency)
 

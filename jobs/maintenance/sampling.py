@@ -9,10 +9,10 @@ charts these rows and asks the same counts once per view for "now".
 
 from django.utils import timezone
 
-from jobs import metrics
 from jobs.engine import queries
 from jobs.engine.rollup import minute_of
 from jobs.models import CLAIMABLE, PARKED, Job, JobStatus, QueueSample
+from jobs.selectors import counts
 
 COUNT_CAP = 100_000  # jobs counted at most per queue and state: past it the chart says "100,000+"
 
@@ -24,7 +24,7 @@ def live_state(queues, now=None):
     limit or scheduled for later too), each counted up to COUNT_CAP.
     """
     now = now or timezone.now()
-    latency = metrics.queue_latencies(now)
+    latency = counts.queue_latencies(now)
     state = {}
     for queue in queues:
         claimable = Job.objects.filter(CLAIMABLE, queue=queue)

@@ -10,7 +10,7 @@ of guessing (an unread filter must never widen a bulk action to every job).
 The payload filter (`path=value`) names object keys, on both databases:
 `items.0=x` is the key "0" inside `items`, never the first element of a
 list. PostgreSQL is asked for JSON containment (`payload @> '{"path":
-value}'`), which the GIN index of migration 0010 answers; SQLite compares the
+value}'`), which the GIN index of migration 0011 answers; SQLite compares the
 JSON_TYPE and JSON_EXTRACT of a path whose keys are all quoted (Django's key
 lookups would read "0" as an array index there, and nest one expression per
 key, which recursion limits a few hundred keys deep).

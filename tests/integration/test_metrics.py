@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jobs import metrics, services
 from jobs.engine import queries, rollup
 from jobs.models import Job, JobStatus, Worker
+from jobs.selectors import counts
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.urls_metrics")]
 
@@ -151,16 +152,16 @@ def test_an_empty_queue_still_parses(client):
 
 
 def test_large_tables_count_live_states_exactly_and_estimate_the_rest(client, monkeypatch):
-    monkeypatch.setattr(metrics, "EXACT_COUNT_ROWS", 0)
+    monkeypatch.setattr(counts, "EXACT_COUNT_ROWS", 0)
     services.enqueue("tests.noop", {})
     finished("tests.echo", JobStatus.SUCCESSFUL, seconds=1)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE jobs_job")
-    counts = metrics.state_counts(["default"])["default"]
-    assert counts[JobStatus.READY] == (1, True)
-    assert counts[JobStatus.RUNNING] == (0, True)
-    value, exact = counts[JobStatus.SUCCESSFUL]
+    by_state = metrics.state_counts(["default"])["default"]
+    assert by_state[JobStatus.READY] == (1, True)
+    assert by_state[JobStatus.RUNNING] == (0, True)
+    value, exact = by_state[JobStatus.SUCCESSFUL]
     assert not exact
     if connection.vendor == "postgresql":
         assert value >= 1  # the planner's estimate

@@ -19,8 +19,7 @@ MAY_IMPORT = {
     "foundation": FOUNDATION,
     "jobs.engine": FOUNDATION,
     "jobs.selectors": FOUNDATION | {"jobs.engine"},
-    "jobs.maintenance": FOUNDATION | {"jobs.engine", "jobs.selectors", "jobs.services",
-                                      "jobs.metrics"},
+    "jobs.maintenance": FOUNDATION | {"jobs.engine", "jobs.selectors"},
 }
 # Nothing below these imports them.
 TOP = ("jobs.admin", "jobs.management")

@@ -32,3 +32,33 @@ def test_importing_the_package_imports_nothing_else():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, env={"PATH": "/usr/bin:/bin"})
     assert done.stdout.strip() == "[]"
+
+
+# jobs.services before the engine moved into layers: every name stays callable there.
+SERVICES_BEFORE = [
+    "build_job", "enqueue", "enqueue_many", "resolve",
+    "held", "leave_running", "complete_many", "error_entry", "lock_lease", "report_progress",
+    "renew_leases", "fail_unserved", "fail_unreadable",
+    "cancel", "cancel_matching", "pause", "resume", "retry", "retry_matching", "move_to_front",
+    "move_up", "move_down", "set_priority_tier", "set_limit", "set_rate", "set_queue",
+    "command_worker", "cancel_dependent", "note_read", "MAX_ERRORS_KEPT",
+]
+
+
+@pytest.mark.parametrize("name", SERVICES_BEFORE)
+def test_every_name_of_jobs_services_is_still_there(name):
+    from jobs import services
+
+    assert name in services.__all__ and hasattr(services, name)
+
+
+@pytest.mark.parametrize(("shim", "target"), [("jobs.child", "jobs.runtime.process.main"),
+                                              ("jobs.scheduler", "jobs.runtime.scheduler")])
+def test_python_m_of_a_moved_entry_point_runs_its_new_module(shim, target, monkeypatch):
+    import runpy
+
+    ran = []
+    real = runpy.run_module
+    monkeypatch.setattr(runpy, "run_module", lambda name, **kw: ran.append((name, kw)))
+    real(shim, run_name="__main__")
+    assert ran == [(target, {"run_name": "__main__", "alter_sys": True})]

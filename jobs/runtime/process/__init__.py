@@ -1,7 +1,7 @@
 """The `process` execution mode: a job run in a supervised child process.
 
     mode.py    the worker's side: spawn the child for a claimed job, watch it, record its end
-    parent.py  spawning, watching and stopping any supervised child (also the scheduler)
+    parent.py  spawning, watching and stopping a supervised child
     main.py    the child's entry point, `python -m jobs.runtime.process.main <id> <token>`
     child.py   what runs inside a child: signs of life, the parent-death watch, limits
 

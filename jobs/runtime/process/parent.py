@@ -81,7 +81,8 @@ KILL_WAIT_S = 5.0
 
 
 class StopReason(StrEnum):
-    """The watchdog's own reasons to stop a child (they are the engine's Outcome words too).
+    """The watchdog's own reasons to stop a child (crashed, stalled and timeout are Outcome words
+    too; exited and abandoned are the watchdog's own).
 
     A caller's reasons come from its `should_stop` and are passed through as given.
     """
@@ -520,7 +521,7 @@ def watch(child: Child, settings: WatchSettings = WatchSettings(), *,
     reasons. An end of the child wins over it, and it over the timeout and
     the stall. Another thread may also call `child.stop()` directly for a
     faster cancel; this loop then returns that outcome. If this loop fails,
-    the child is stopped for "shutdown": it must never run unwatched.
+    the child is stopped for "abandoned" (`StopReason.ABANDONED`): it must never run unwatched.
     """
     try:
         while True:
