@@ -51,8 +51,8 @@ MOVE_RENUMBER_MAX = 1000
 def cancel(job, *, actor=None, reason=""):
     """READY/PAUSED → CANCELLED at once; RUNNING → asks its worker to stop (it then records CANCELLED)."""
     with transaction.atomic():
-        if not transitions.leave_ready(job, JobStatus.CANCELLED, Outcome.CANCELLED, reason=reason,
-                            code="cancelled", actor=actor):
+        if not transitions.leave_ready(job, JobStatus.CANCELLED, Outcome.CANCELLED,
+                                       reason=reason, code="cancelled", actor=actor):
             if not Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
                 stop_requested=Outcome.CANCELLED
             ):

@@ -267,8 +267,8 @@ def _supersede(job):
     )
     message = _("Superseded by a newer request.")
     for stale_job in stale.select_for_update():
-        transitions.leave_ready(stale_job, JobStatus.CANCELLED, Outcome.CANCELLED, reason=message,
-                     code="superseded")
+        transitions.leave_ready(stale_job, JobStatus.CANCELLED, Outcome.CANCELLED,
+                                reason=message, code="superseded")
 
 
 
