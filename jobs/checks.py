@@ -9,6 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from jobs import conf
+from jobs.runtime import fence
 
 
 @checks.register()
@@ -43,6 +44,11 @@ def check_settings(app_configs=None, **kwargs):
         errors.append(checks.Warning(
             "JOBS_HEARTBEAT_SECONDS is not shorter than JOBS_LEASE_SECONDS: leases would run out "
             "between renewals and live jobs would be rescued.", id="jobs.W001"))
+    elif conf.JOBS_HEARTBEAT_SECONDS >= conf.JOBS_LEASE_SECONDS - fence.margin_s():
+        errors.append(checks.Warning(
+            "JOBS_HEARTBEAT_SECONDS leaves no room before the fence (JOBS_FENCE_SECONDS, at most "
+            "a fifth of JOBS_LEASE_SECONDS): a worker would stop its jobs between two renewals. "
+            "Beat more often or lengthen the lease.", id="jobs.W005"))
     return errors
 
 

@@ -23,6 +23,9 @@ DEFAULTS = {
     # Leases and heartbeats (seconds).
     "JOBS_LEASE_SECONDS": 30.0,  # how long a claim is valid without renewal
     "JOBS_HEARTBEAT_SECONDS": 10.0,  # how often a worker beats and renews its leases
+    # A job whose lease its worker could not renew is stopped this long before the lease can
+    # lapse, at most a fifth of the lease (jobs/runtime/fence.py).
+    "JOBS_FENCE_SECONDS": 2.0,
     "JOBS_RESCUE_INTERVAL_SECONDS": 10.0,  # how often each worker looks for expired leases
     "JOBS_POLL_SECONDS": 2.0,  # idle wait between claims when no notification arrives
     "JOBS_WORKER_DEAD_AFTER_SECONDS": 60.0,  # heartbeat age after which a worker counts as dead

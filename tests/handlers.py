@@ -114,6 +114,28 @@ def ledger(ctx, payload):
     return {"pid": os.getpid()}
 
 
+def _ticks(ctx, payload, *, stop):
+    """Note `start`, then a `tick` every 50 ms with the wall-clock time until `seconds` pass or
+    `stop()` says so, then `end`: the fence tests read when each execution really ran."""
+    seconds = payload.get("seconds", [1])
+    seconds = seconds[min(ctx.attempt, len(seconds)) - 1]
+    token = f"{ctx.job.pk} {ctx.attempt} {os.getpid()}"
+    _note(payload, f"start {token} {time.time():.3f}")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not stop():
+        _note(payload, f"tick {token} {time.time():.3f}")
+        ctx.alive()  # a sign of life for a child's watchdog (no database: a cut cannot block it)
+        time.sleep(0.05)
+    _note(payload, f"end {token} {time.time():.3f}")
+    return {"pid": os.getpid()}
+
+
+@kind("tests.fenced", max_attempts=3, backoff_base_s=0)
+def fenced(ctx, payload):
+    """Works `seconds` (one per attempt), stopping when asked unless `ignore_stop`."""
+    return _ticks(ctx, payload, stop=lambda: not payload.get("ignore_stop") and ctx.should_stop())
+
+
 @kind("tests.other_queue", queue="other")
 def other_queue(ctx, payload):
     return None
@@ -147,6 +169,14 @@ def proc_quiet(ctx, payload):
     with ctx.keepalive():
         time.sleep(payload.get("seconds", 4))
     return {"quiet": True}
+
+
+@kind("tests.proc_fenced", mode="process", max_attempts=3, backoff_base_s=0,
+      options=PROCESS_OPTIONS)
+def proc_fenced(ctx, payload):
+    """`tests.fenced` in a child process, which notes no stop of its own: only its group's
+    TERM or KILL ends it early."""
+    return _ticks(ctx, payload, stop=lambda: False)
 
 
 @kind("tests.proc_crash", mode="process", max_attempts=1, options=PROCESS_OPTIONS)

@@ -26,7 +26,7 @@ from jobs.engine import claiming, limits, outcome, queries, registry, wakeup
 from jobs.maintenance import reaper, sampling
 from jobs.models import Job, JobStatus, Outcome
 from jobs.models import Worker as WorkerRow
-from jobs.runtime import execution, stopsignals
+from jobs.runtime import execution, fence, stopsignals
 from jobs.runtime.context import JobContext
 
 log = logging.getLogger("jobs.worker")
@@ -43,10 +43,13 @@ class Running:
     """A job this worker holds: its row as claimed, its context, its thread."""
 
     # thread: its executor; lost_at: when a renewal first missed a child's job;
-    # slot_freed: its slot was given back while its thread runs on (a timeout)
-    __slots__ = ("job", "ctx", "thread", "timeout_s", "slot_freed", "child", "lost_at")
+    # slot_freed: its slot was given back while its thread runs on (a timeout);
+    # renewed_at: when (monotonic) the claim or the last renewal that held its lease was
+    # sent; fenced_at: when the fence stopped it (jobs/runtime/fence.py)
+    __slots__ = ("job", "ctx", "thread", "timeout_s", "slot_freed", "child", "lost_at",
+                 "renewed_at", "fenced_at")
 
-    def __init__(self, job, ctx, timeout_s):
+    def __init__(self, job, ctx, timeout_s, renewed_at):
         self.job = job
         self.ctx = ctx
         self.thread = None
@@ -54,6 +57,8 @@ class Running:
         self.slot_freed = False
         self.child = None  # the supervised process of a process-mode job
         self.lost_at = None
+        self.renewed_at = renewed_at
+        self.fenced_at = None
 
 
 class Worker:
@@ -92,6 +97,7 @@ class Worker:
         # Roles that live as long as the worker serves (the scheduler): each
         # has start() and stop(), and starts once the schema is in place.
         self.companions = list(companions)
+        self.fence = fence.Fence(self)
 
     # --- life -------------------------------------------------------------
 
@@ -107,6 +113,7 @@ class Worker:
         wakeup.subscribe(jobs=self.wake, stop=self.stop_check)
         if any(registry.get(k).policy.mode == "redis" for k in self.kinds) and clients.is_local_mode():
             self.cv_monitor()  # local mode: the embedded CV worker starts with the runworker
+        self.fence.start()  # before the first claim: every job held is watched
         beat = threading.Thread(target=self.heartbeat_loop, name="haulage-heartbeat", daemon=True)
         beat.start()
         completer = threading.Thread(target=self.completer_loop, name="haulage-completer", daemon=True)
@@ -169,6 +176,7 @@ class Worker:
             free = min(free, self.max_jobs - self.claimed_total)
             if free <= 0:
                 return []
+        sent = time.monotonic()  # the claimed leases end a lease after this, or later
         try:
             jobs = claiming.claim(self.row, queues=self.queues, kinds=self.kinds, limit=free,
                                   slots=self.free_by_queue())
@@ -185,7 +193,7 @@ class Worker:
             if registry.get(job.kind).policy.mode == "redis":
                 cv_jobs.append(job)
             else:
-                self.start_or_fail(job)
+                self.start_or_fail(job, sent)
         if cv_jobs:
             # Publishing frees their slots at once; the monitor watches them from here.
             self.cv_monitor().adopt(cv_jobs)
@@ -240,11 +248,11 @@ class Worker:
 
     # --- one job ----------------------------------------------------------
 
-    def start_or_fail(self, job):
+    def start_or_fail(self, job, leased_at):
         """Start a claimed job; one that cannot even start (its payload is not what its
         kind's policy reads, say) fails at once instead of taking the main loop down."""
         try:
-            self.start(job)
+            self.start(job, leased_at)
         except Exception as exc:  # noqa: BLE001
             log.exception("job %s could not start; failing it", job.pk)
             with self.lock:
@@ -252,13 +260,13 @@ class Worker:
             execution.guarded(outcome.record, job, Outcome.FAILED, code="unstartable",
                               error=f"{type(exc).__name__}: {exc}", exc=exc)
 
-    def start(self, job):
+    def start(self, job, leased_at):
         policy = registry.get(job.kind).policy
         ctx = JobContext(job, worker_id=self.name)
         # A process-mode child is killed at its wall-clock cap by its
         # supervisor; the inline timeout watchdog is for threads only.
         timeout = None if policy.mode == "process" else policy.timeout_for(job.payload)
-        entry = Running(job, ctx, timeout)
+        entry = Running(job, ctx, timeout, leased_at)
         with self.lock:
             self.running[job.pk] = entry
         target = self.run_inline
@@ -416,11 +424,15 @@ class Worker:
             self.stopping.set()
             self.wake.set()
         with self.lock:
-            held = [r for r in self.running.values() if not r.slot_freed]
+            # A fenced attempt is being stopped: its lease is let lapse (jobs/runtime/fence.py).
+            held = [r for r in self.running.values() if not r.slot_freed and r.fenced_at is None]
         jobs = [r.job for r in held]
+        sent = time.monotonic()
         kept = services.renew_leases(self.row, jobs)
+        self.fence.renewed(sent)
         for entry in held:
             if entry.job.pk in kept:
+                entry.renewed_at = max(entry.renewed_at, sent)
                 continue
             if entry.child is None:
                 entry.ctx.request_stop(Outcome.LEASE_LOST)
