@@ -134,6 +134,11 @@ class Job(models.Model):
     # again for that data, or takes it if it goes back to READY (jobs/engine/transitions.py).
     asked_fingerprint = models.CharField(_("asked fingerprint"), max_length=128, blank=True,
                                          default="", db_default="")
+    # The payload a replace (enqueue(replace=("payload",))) asked for while the job ran, NULL
+    # for none: when it ends it runs once more with it, or takes it if it goes back to READY
+    # or PAUSED (jobs/engine/transitions.py). The latest request's; never JSON null (a
+    # payload of None is {}), so NULL alone means nothing asked.
+    asked_payload = models.JSONField(_("asked payload"), null=True, blank=True)
     concurrency_keys = models.JSONField(_("concurrency keys"), default=list, blank=True)
     # At most a rate limit's N starts per period share this key ("" for none; jobs/engine/limits.py).
     rate_key = models.CharField(_("rate key"), max_length=255, blank=True, default="", db_default="")

@@ -131,7 +131,8 @@ def resolve(kind, payload=None, *, priority=None, queue=None, owner=None, run_af
 
 
 @dbwait.spinning
-def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(), **options):
+def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(), _again=False,
+            **options):
     """Queue one job and return it (or the live/finished job it merges into).
 
     - unique key: at most one live job per key; enqueueing again returns it,
@@ -145,12 +146,17 @@ def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(),
       runs again for it when it ends (jobs/engine/transitions.py, step 1 of the
       pipeline after a job ends);
     - replace: with a unique key, ("payload", "run_after") or either makes a
-      READY job holding it take this call's (debounce: the last of a burst wins);
+      READY job holding it take this call's (debounce: the last of a burst wins).
+      A RUNNING one notes a replaced payload and runs once more with it when it
+      ends (the last asked, however many); a run_after alone asks it nothing;
     - depends_on: jobs (or task results, ids) that must all be SUCCESSFUL
       before this one starts (jobs/engine/dependencies.py); `on_dependency_failure`
       ("cancel" or "run") says what a failed one does to it. Only a new job
       is linked: one merged into a live job keeps that job's parents;
     - transactional: inside `transaction.atomic()` the job exists only if that commits.
+
+    `_again` is `run_again`'s: a run asked while the key's last job ran is new,
+    whatever its fingerprint, so that finished job is never the answer.
     """
     replace = tuple(replace or ())
     if set(replace) - set(queries.REPLACEABLE):
@@ -164,11 +170,11 @@ def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(),
         # The key locks taken to decide parking, and the parents' locks, are
         # held until the insert (and its links) commit.
         with transaction.atomic():
-            return _enqueue_one(job, supersede, replace=replace, parents=parents)
-    return _enqueue_one(job, supersede, replace=replace, parents=parents)
+            return _enqueue_one(job, supersede, replace=replace, parents=parents, again=_again)
+    return _enqueue_one(job, supersede, replace=replace, parents=parents, again=_again)
 
 
-def _enqueue_one(job, supersede, *, replace=(), parents=()):
+def _enqueue_one(job, supersede, *, replace=(), parents=(), again=False):
     may_run = True
     if parents:
         may_run = dependencies.park_if_waiting(job, dependencies.lock_parents(parents))
@@ -182,7 +188,7 @@ def _enqueue_one(job, supersede, *, replace=(), parents=()):
     if supersede:
         _supersede(job)
     cooldown_s = registry.policy(job.kind).cooldown_s
-    if job.fingerprint or cooldown_s:
+    if (job.fingerprint or cooldown_s) and not again:
         latest = Job.objects.filter(unique_key=job.unique_key).order_by("-id").first()
         if latest and latest.is_finished and latest.fingerprint == job.fingerprint:
             if latest.status == JobStatus.FAILED and cooldown_s:
@@ -273,12 +279,14 @@ def _supersede(job):
 
 
 
-def run_again(job, fingerprint):
-    """Queue `job` again for newer data asked of it while it ran (the after-end pipeline's
-    first step, jobs/engine/transitions.py): the same key, kind, payload and policy."""
-    again = enqueue(job.kind, job.payload, owner=job.owner, priority=job.priority, queue=job.queue,
-                    unique_key=job.unique_key, fingerprint=fingerprint,
-                    concurrency_keys=job.concurrency_keys, rate_key=job.rate_key,
-                    max_attempts=job.max_attempts, on_dependency_failure=job.on_dependency_failure)
+def run_again(job, fingerprint, payload=None):
+    """Queue `job` again for what was asked of it while it ran (the after-end pipeline's
+    first step, jobs/engine/transitions.py): the same key, kind and policy, for
+    `fingerprint`, with `payload` (a replace's; None: the job's own)."""
+    again = enqueue(job.kind, job.payload if payload is None else payload, owner=job.owner,
+                    priority=job.priority, queue=job.queue, unique_key=job.unique_key,
+                    fingerprint=fingerprint, concurrency_keys=job.concurrency_keys,
+                    rate_key=job.rate_key, max_attempts=job.max_attempts,
+                    on_dependency_failure=job.on_dependency_failure, _again=True)
     history.note(job, Action.RUN_AGAIN, reason=_("Newer data was asked for while it ran."),
                  run=again.pk)

@@ -205,11 +205,14 @@ class Pending:
 REPLACEABLE = ("payload", "run_after")  # what enqueue(replace=...) may change of a READY job
 
 
-_INSERTED_FIELDS = [f for f in Job._meta.concrete_fields if not f.primary_key]
+# A new job has no asked payload: its column's NULL is left to the INSERT.
+_INSERTED_FIELDS = [f for f in Job._meta.concrete_fields
+                    if not f.primary_key and f.attname != "asked_payload"]
 
 
 def _row(job):
-    """(quoted columns, database values) of an unsaved job: every column but the id, as save() would."""
+    """(quoted columns, database values) of an unsaved job: every column but the id (and the
+    asked payload, NULL), as save() would."""
     db = connections[DEFAULT_DB_ALIAS]  # once, not through the proxy for each of ~35 fields
     columns = ", ".join(db.ops.quote_name(f.column) for f in _INSERTED_FIELDS)
     return columns, [f.get_db_prep_save(f.pre_save(job, True), db) for f in _INSERTED_FIELDS]
@@ -248,7 +251,12 @@ def insert_or_promote(job, replace=()):
 
     `replace` (some of REPLACEABLE) makes a READY job take the new payload or
     run_after in the same statement: a burst of enqueues debounces into one
-    run, with the last one's data.
+    run, with the last one's data. A RUNNING job asked to replace its payload
+    notes it (`asked_payload`, the latest request's), even the payload it has:
+    its attempt may have read the data before the caller changed it. It runs
+    once more with it when it ends (transitions), however many asked meanwhile.
+    A new run_after alone asks nothing of a RUNNING job: it is dropped, as
+    the attempt it would delay has started.
     """
     columns, values = _row(job)
     marks = ", ".join(["%s"] * len(values))
@@ -269,6 +277,8 @@ def insert_or_promote(job, replace=()):
         "ELSE '' END ELSE jobs_job.asked_fingerprint END"
         + "".join(f", {column} = CASE WHEN jobs_job.status = 'READY' THEN excluded.{column} "
                   f"ELSE jobs_job.{column} END" for column in REPLACEABLE if column in replace)
+        + (", asked_payload = CASE WHEN jobs_job.status = 'RUNNING' THEN excluded.payload "
+           "ELSE jobs_job.asked_payload END" if "payload" in replace else "")
         + " RETURNING id, public_id",
         values,
     )
@@ -711,11 +721,13 @@ def complete_batch(rows):
     """Mark RUNNING jobs SUCCESSFUL in one statement; `rows` are (id, lease token, result).
 
     Each row is guarded by its own token; returns {id: (has_dependents,
-    asked_fingerprint)} for the rows that matched (a job whose lease was lost
-    meanwhile is left alone).
+    (asked_fingerprint, asked_payload))} for the rows that matched (a job whose
+    lease was lost meanwhile is left alone).
     """
     done = _execute(*complete_batch_statement(rows))
-    return {job_id: (bool(has_dependents), asked) for job_id, has_dependents, asked in done}
+    payload = Job._meta.get_field("asked_payload")  # its text decoded as the ORM would
+    return {job_id: (bool(has_dependents), (fingerprint, payload.from_db_value(asked, None, connection)))
+            for job_id, has_dependents, fingerprint, asked in done}
 
 
 def complete_batch_statement(rows):
@@ -737,7 +749,7 @@ def complete_batch_statement(rows):
         # Found by id, as complete_plain's rows are (see there).
         f"WHERE id IN ({', '.join(['%s'] * len(ids))}) AND status IS NOT DISTINCT FROM 'RUNNING' "
         "AND EXISTS (SELECT 1 FROM v WHERE v.id = jobs_job.id AND v.token = jobs_job.lease_token) "
-        "RETURNING id, has_dependents, asked_fingerprint",
+        "RETURNING id, has_dependents, asked_fingerprint, asked_payload",
         [*params, *ids],
     )
 
@@ -750,9 +762,9 @@ def complete_plain(rows, *, minute, event_kind, event_data):
     transitions.complete_many): one statement is its own transaction, so the
     event and the rollup's count commit with the transition or not at all,
     with no BEGIN and COMMIT round trips. Each row is guarded by its token, by
-    `NOT has_dependents` and by no newer data asked of it: such a job is left
-    RUNNING for the caller to finish in a transaction that decides its
-    dependents or queues its next run. A link being made, or a request, locks
+    `NOT has_dependents` and by no newer data or payload asked of it: such a
+    job is left RUNNING for the caller to finish in a transaction that decides
+    its dependents or queues its next run. A link being made, or a request, locks
     the row first, so this UPDATE waits for it and sees what it wrote.
     Returns the ids that were completed.
     """
@@ -787,7 +799,7 @@ def complete_plain_statement(rows, *, minute, event_kind, event_data):
         "stop_requested = '' FROM v WHERE v.id = jobs_job.id AND jobs_job.id = ANY(%s::bigint[]) "
         "AND jobs_job.status IS NOT DISTINCT FROM 'RUNNING' "
         "AND jobs_job.lease_token = v.token AND NOT jobs_job.has_dependents "
-        "AND jobs_job.asked_fingerprint = '' "
+        "AND jobs_job.asked_fingerprint = '' AND jobs_job.asked_payload IS NULL "
         "RETURNING jobs_job.id, jobs_job.attempts, jobs_job.queue, jobs_job.kind, v.took, v.bucket), "
         "events AS (INSERT INTO jobs_jobevent (job_id, at, kind, reason, attempt, data, actor_id) "
         "SELECT id, %s, %s, '', attempts, %s::jsonb, NULL FROM done), "

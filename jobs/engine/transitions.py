@@ -53,15 +53,17 @@ MAX_ERRORS_KEPT = 10  # per job: enough to see a pattern, bounded so a row stays
 # A finished job run again from the start (a staff retry, a re-arm after the
 # cool-down): what its last attempts left on the row is cleared.
 FRESH_START = dict(status=JobStatus.READY, attempts=0, snoozes=0, finished_at=None, error="",
-                   error_code="", progress=None, phase="", progress_message="")
+                   error_code="", progress=None, phase="", progress_message="",
+                   asked_fingerprint="", asked_payload=None)
 
 # The pipeline's steps that sit above the rules (see the top of this module).
 _above = SimpleNamespace(run_again=None, notify_failure=None)
 
 
 def wire(*, run_again, notify_failure):
-    """Put the pipeline's upper steps in place: `run_again(job, fingerprint)` queues a job
-    again for newer data; `notify_failure(job)` tells people of a job that failed for good."""
+    """Put the pipeline's upper steps in place: `run_again(job, fingerprint, payload)` queues a
+    job again for newer data (`payload` None: its own); `notify_failure(job)` tells people of a
+    job that failed for good."""
     _above.run_again, _above.notify_failure = run_again, notify_failure
 
 
@@ -78,8 +80,8 @@ def _ended(entries, status, *, ran, asked=None, has_dependents=None):
     pipeline of this module's docstring, step by step.
 
     `entries` are (job, the row's new values); `ran` when they left RUNNING. `asked`
-    holds each job's asked fingerprint when the caller's UPDATE returned it (read
-    otherwise); `has_dependents` the ids whose row was flagged, likewise.
+    holds each job's (asked fingerprint, asked payload) when the caller's UPDATE returned
+    them (read otherwise); `has_dependents` the ids whose row was flagged, likewise.
     """
     jobs = [job for job, _fields in entries]
     if ran:
@@ -112,7 +114,7 @@ def _run_again_for_newer_data(jobs, status, asked):
 
 
 def _asked_of(job):
-    return Job.objects.filter(pk=job.pk).values_list("asked_fingerprint", flat=True).first()
+    return Job.objects.filter(pk=job.pk).values_list("asked_fingerprint", "asked_payload").first()
 
 
 def _decide_dependents(jobs, has_dependents):
@@ -266,25 +268,41 @@ def _complete_in_transaction(jobs_results):
 
 
 def _take_up_asked(job, status, asked):
-    """In the transaction that moved `job` out of RUNNING to `status`: newer data asked of it
-    while it ran (`asked`, its fingerprint) is not dropped.
+    """In the transaction that moved `job` out of RUNNING to `status`: what was asked of it
+    while it ran (`asked`: the newer data's fingerprint, "" for none, and the payload a
+    replace asked for, None for none) is not dropped.
 
     Going again (READY) or held (PAUSED), the job takes it as a job not yet running
-    would have (READY: attempts from 0). Ended (SUCCESSFUL, FAILED), it is run again:
-    a new job with its key, kind, payload, priority, queue, keys and owner, for the
-    asked fingerprint, queued before the kind's `finished` hook runs, so the hook can
-    follow it. A CANCELLED job is not run again: the cancel is the later word. A new run
-    that cannot be queued is logged; the transition it rides on still commits.
+    would have (READY: attempts from 0 for new data). Ended (SUCCESSFUL, FAILED), it is
+    run again, once: a new job with its key, kind, priority, queue, keys and owner, the
+    asked payload (its own if none) and the asked fingerprint (its own if none), queued
+    before the kind's `finished` hook runs, so the hook can follow it. A CANCELLED job is
+    not run again: the cancel is the later word. A new run that cannot be queued is
+    logged; the transition it rides on still commits.
     """
-    if not asked:
+    fingerprint, payload = asked or ("", None)
+    if not fingerprint and payload is None:
         return
+    cleared = {"asked_fingerprint": "", "asked_payload": None}
     if status in (JobStatus.READY, JobStatus.PAUSED):
-        fresh = {"attempts": 0} if status == JobStatus.READY else {}
-        Job.objects.filter(pk=job.pk).update(fingerprint=asked, asked_fingerprint="", **fresh)
-        job.fingerprint = asked
+        taken = _taken(job, status, fingerprint, payload)
+        Job.objects.filter(pk=job.pk).update(**taken, **cleared)
         return
-    Job.objects.filter(pk=job.pk).update(asked_fingerprint="")
-    _guarded(_above.run_again, job, asked, what=f"running job {job.pk} again for newer data")
+    Job.objects.filter(pk=job.pk).update(**cleared)
+    _guarded(_above.run_again, job, fingerprint or job.fingerprint, payload,
+             what=f"running job {job.pk} again for newer data")
+
+
+def _taken(job, status, fingerprint, payload):
+    """The row's changes of a job that goes on with what was asked of it (and `job` made so)."""
+    taken = {}
+    if fingerprint:
+        taken["fingerprint"] = job.fingerprint = fingerprint
+        if status == JobStatus.READY:
+            taken["attempts"] = 0
+    if payload is not None:
+        taken["payload"] = job.payload = payload
+    return taken
 
 
 def error_entry(job, error, code, exc):

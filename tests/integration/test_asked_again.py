@@ -119,3 +119,34 @@ def test_a_lost_lease_changes_nothing_and_keeps_what_was_asked():
     Job.objects.filter(pk=job.pk).update(lease_token=None)  # another attempt owns it now
     assert outcome.record(job, Outcome.SUCCEEDED) is False
     assert jobs_of_the_key() == [(JobStatus.RUNNING, "v1", "v2")]
+
+
+def replace(data, n):
+    """A request for `data` that replaces the payload, `n` telling its payloads apart."""
+    return services.enqueue("tests.unique", {"key": "k", "data": data, "n": n},
+                            replace=("payload",))
+
+
+@pytest.mark.parametrize("data", ["v2", "v1"])
+def test_a_job_that_ends_runs_again_with_the_payload_asked_and_its_data(data):
+    """New data runs for its fingerprint; a payload asked for the running job's own data
+    still runs once more, and is not answered by the job that just ended."""
+    job = running()
+    replace(data, 1)
+    replace(data, 2)
+    assert outcome.record(job, Outcome.SUCCEEDED) is True
+    old, again = Job.objects.filter(unique_key="k").order_by("id")
+    assert (old.status, old.fingerprint, old.asked_fingerprint, old.asked_payload) == (
+        JobStatus.SUCCESSFUL, "v1", "", None)
+    assert (again.status, again.fingerprint, again.payload) == (
+        JobStatus.READY, data, {"key": "k", "data": data, "n": 2})
+
+
+def test_a_job_that_goes_back_takes_both_the_data_and_the_payload_asked():
+    job = running(max_attempts=3)
+    replace("v2", 1)
+    assert outcome.record(job, Outcome.RETRY, delay_s=0) is True
+    row = Job.objects.get()
+    assert (row.status, row.fingerprint, row.asked_fingerprint, row.attempts) == (
+        JobStatus.READY, "v2", "", 0)
+    assert (row.payload, row.asked_payload) == ({"key": "k", "data": "v2", "n": 1}, None)
