@@ -21,13 +21,23 @@ period across the deployment, keyed by the function unless a call names its
 key); per call, `task.with_job_options(unique_key=..., fingerprint=...,
 concurrency_key=..., owner=..., rate_key=..., depends_on=[results or ids],
 on_dependency_failure="cancel" | "run", replace=("payload", "run_after"))`.
+
+A `@task(takes_context=True)` function gets a `HaulageTaskContext`: Django's
+TaskContext (`task_result`, `attempt`) plus `should_stop()`, true once the
+engine wants the attempt to end (a cancel or pause, the worker shutting down,
+a timeout, a lost lease), and `progress(fraction, phase=, message=)`, written
+to the job as a handler's is. A long task checks `context.should_stop()`
+between steps and returns; the engine then records why it stopped, not the
+return value. An attempt that never checks still ends as the engine decides
+(its timeout is recorded when it runs out, a shutdown hands the job back after
+its grace period), but a cancel or pause is recorded only when it returns.
 """
 
 import hashlib
 import json
 import uuid
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from dataclasses import replace as replace_fields
 
 from django.tasks import TaskContext, TaskResult, TaskResultStatus
@@ -80,6 +90,21 @@ class HaulageTask(Task):
                    "replace": tuple(replace) if replace is not None else None}
         return replace_fields(
             self, job_options=tuple((k, v) for k, v in options.items() if v is not None))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HaulageTaskContext(TaskContext):
+    """Django's TaskContext, and whether the engine wants this attempt to stop."""
+
+    _job_context: object = field(repr=False, compare=False)  # the engine's JobContext
+
+    def should_stop(self):
+        """True once the attempt should end; return soon after (what is returned is not kept)."""
+        return self._job_context.should_stop()
+
+    def progress(self, fraction=None, *, phase=None, message=None, force=False):
+        """Report progress on the job, at most about once per JOBS_PROGRESS_INTERVAL_SECONDS."""
+        self._job_context.progress(fraction, phase=phase, message=message, force=force)
 
 
 class HaulageBackend(BaseTaskBackend):
@@ -270,7 +295,7 @@ def run_task(ctx, payload):
     task_started.send(HaulageBackend, task_result=result)
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
     if payload.get("takes_context"):
-        value = task.call(TaskContext(task_result=result), *args, **kwargs)
+        value = task.call(HaulageTaskContext(task_result=result, _job_context=ctx), *args, **kwargs)
     else:
         value = task.call(*args, **kwargs)
     return normalize_json(value)

@@ -73,3 +73,28 @@ def snooze_for(seconds):
     from jobs.exceptions import Snooze
 
     raise Snooze(seconds, "come back later")
+
+
+@task(takes_context=True)
+def describes_its_context(context):
+    from django.tasks import TaskContext
+
+    return {"task_context": isinstance(context, TaskContext), "id": context.task_result.id,
+            "attempt": context.attempt, "should_stop": context.should_stop()}
+
+
+@task(takes_context=True)
+def works_until_stopped(context, limit_s=300):
+    """Steps until the engine asks it to stop (or `limit_s` passes, when it succeeds instead).
+
+    Its first progress message is its result's id, so a test can see it has started.
+    """
+    import time
+
+    context.progress(phase="working", message=context.task_result.id, force=True)
+    deadline = time.monotonic() + limit_s
+    while not context.should_stop():
+        if time.monotonic() >= deadline:
+            return "never asked to stop"
+        time.sleep(0.02)
+    return "stopped"

@@ -1,6 +1,7 @@
 """Django's Tasks API, run by Haulage workers."""
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -11,9 +12,11 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
+from jobs import services
 from jobs.exceptions import InvalidPayload
 from jobs.models import ConcurrencyLimit, Job, JobStatus
 from tests import tasks
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,6 +144,73 @@ def test_context_carries_the_attempt_number(run_worker):
     assert fetched.return_value == {"attempt": 2, "id": result.id}
 
 
+def test_a_context_is_djangos_task_context_with_should_stop(run_worker):
+    result = tasks.describes_its_context.enqueue()
+    run_worker()
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.return_value == {"task_context": True, "id": result.id, "attempt": 1,
+                                    "should_stop": False}
+
+
+def test_a_task_without_context_gets_only_its_arguments(run_worker):
+    result = tasks.add.enqueue(2, b=3)
+    assert Job.objects.get(public_id=result.id).payload["takes_context"] is False
+    run_worker()
+    assert tasks.add.get_result(result.id).return_value == 5
+
+
+def start_background_worker():
+    from jobs.runtime.worker import Worker
+
+    worker = Worker(concurrency=2)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return worker, thread
+
+
+def wait_until_working(result):
+    """The task runs and has reported progress through its context (its result's id as message)."""
+    wait_for(lambda: Job.objects.filter(public_id=result.id, status=JobStatus.RUNNING,
+                                        phase="working", progress_message=result.id).exists())
+
+
+@pytest.mark.parametrize(("action", "final", "task_status"), [
+    ("cancel", JobStatus.CANCELLED, TaskResultStatus.FAILED),
+    ("pause", JobStatus.PAUSED, TaskResultStatus.READY),
+])
+def test_a_task_that_checks_should_stop_ends_when_staff_stop_it(fast_engine, action, final, task_status):
+    result = tasks.works_until_stopped.enqueue()
+    worker, thread = start_background_worker()
+    try:
+        wait_until_working(result)
+        getattr(services, action)(Job.objects.get(public_id=result.id), reason="test")
+        # An inline attempt is recorded only when its function returns: this state
+        # is reached only because the task saw should_stop() and returned.
+        wait_for(lambda: Job.objects.get(public_id=result.id).status == final)
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert default_task_backend.get_result(result.id).status == task_status
+    job = Job.objects.get(public_id=result.id)
+    assert job.result is None and job.lease_token is None
+
+
+def test_a_task_that_checks_should_stop_hands_its_job_back_when_the_worker_shuts_down(fast_engine):
+    result = tasks.works_until_stopped.enqueue()
+    worker, thread = start_background_worker()
+    wait_until_working(result)
+    worker.request_stop()
+    thread.join(30)
+    assert not thread.is_alive()
+    # The task returned: its attempt was settled and its slot given back, not left
+    # running for the shutdown to record over.
+    assert not worker.running
+    job = Job.objects.get(public_id=result.id)
+    assert (job.status, job.attempts) == (JobStatus.READY, 0)
+    assert list(job.events.values_list("kind", flat=True)) == ["requeued"]
+
+
 def test_signals_are_sent(run_worker):
     seen = []
 
@@ -240,8 +310,6 @@ def test_per_call_options(user):
 
 
 def test_cancelled_maps_to_failed_with_a_reason():
-    from jobs import services
-
     result = tasks.add.enqueue(1, 1)
     services.cancel(Job.objects.get(public_id=result.id))
     fetched = default_task_backend.get_result(result.id)
