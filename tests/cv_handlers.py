@@ -61,6 +61,43 @@ def sleep_for(ctx, payload):
     return {"pid": os.getpid(), "run": run}
 
 
+def clock():
+    """CLOCK_MONOTONIC: one clock for every process on the machine, and never stepped."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def begun(ledger, ctx):
+    """Whether `ledger` already holds a run of this attempt."""
+    try:
+        with open(ledger, encoding="utf-8") as lines:
+            return any(line.startswith(f"begin {ctx.job_id} {ctx.attempt} ") for line in lines)
+    except FileNotFoundError:
+        return False
+
+
+@cv_handler("stint")
+def stint(ctx, payload):
+    """Works `seconds` in 50 ms steps, appending to `ledger` a "begin" line, a
+    "tick" per step and an "end" saying how it ended (finished or stopped),
+    each with job, attempt, pid and `clock()`: a run whose process died on
+    the way leaves its last tick as the latest moment it still ran. A run that
+    finds an earlier one of the same attempt in the ledger (it took the job
+    over) works `again_s` instead, when given. Stops when told to unless
+    `cooperative` is false."""
+    ledger, fields = payload["ledger"], (ctx.job_id, ctx.attempt, os.getpid())
+    seconds = payload.get("again_s", payload["seconds"]) if begun(ledger, ctx) else payload["seconds"]
+    note(ledger, "begin", *fields, clock())
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if payload.get("cooperative", True) and ctx.should_stop():
+            note(ledger, "end", *fields, clock(), "stopped")
+            raise InterruptedError("stopped")
+        note(ledger, "tick", *fields, clock())
+        time.sleep(0.05)
+    note(ledger, "end", *fields, clock(), "finished")
+    return {"pid": os.getpid()}
+
+
 @cv_handler("fail")
 def fail(ctx, payload):
     if payload.get("exit"):

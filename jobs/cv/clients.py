@@ -30,18 +30,23 @@ def is_local_mode():
     return not conf.REDIS_URL
 
 
-def build_client(url=None, *, decode_responses=True):
+def build_client(url=None, *, decode_responses=True, timeout_s=None):
     """A new client; `url` defaults to REDIS_URL (or the local fakeredis server).
 
     `decode_responses=False` gives bytes back: the CV worker reads queue items
     that way, so a message that is not UTF-8 can still be dead-lettered and
     removed by its exact value instead of failing inside the client.
+    `timeout_s` shortens both socket timeouts (reads and writes, and the
+    connect) to at most that: every call, whatever the network does, then
+    fails within it instead of hanging (a connection that a middlebox keeps
+    open but passes nothing through included).
     """
     global _fake_server
     url = url if url is not None else conf.REDIS_URL
+    limit_s = timeout_s if timeout_s is not None else SOCKET_TIMEOUT_S
     common = dict(
-        socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_timeout=min(SOCKET_TIMEOUT_S, limit_s),
+        socket_connect_timeout=min(CONNECT_TIMEOUT_S, limit_s),
         retry=Retry(NoBackoff(), 0),
         retry_on_timeout=False,
         decode_responses=decode_responses,

@@ -15,6 +15,10 @@ heartbeat    one key per CV worker (JSON, with a TTL), set only once the
              worker can serve, renewed by its own thread, deleted on exit.
 seen         one key per (job, attempt) taken, naming the worker that took it:
              a second delivery of the same attempt is dropped, not run twice.
+             A worker's reports of an attempt (running, progress, outcome)
+             are written only while this key still names its delivery, so a
+             late report of an attempt the reaper gave to another worker is
+             refused, wherever the network held it.
 registries   a set of the job types ever published and a set of the workers
              that may hold a processing list, so nothing needs a SCAN of the
              whole keyspace.
@@ -516,17 +520,63 @@ class Transport:
     def cancel_requested(self, job_id):
         return bool(self.client.exists(self.cancel_key(job_id)))
 
-    def write_status(self, status):
-        self.client.set(self.status_key(status["job_id"]), json.dumps(status),
-                        ex=int(self.config.status_ttl_s))
+    def write_status(self, status, taker=None):
+        """Write a job's status; returns whether it was written.
 
-    def finish(self, message, worker_id, status=None):
-        """Drop the message from the worker's processing list, writing its final status with it."""
-        pipe = self.client.pipeline(transaction=True)
-        if status is not None:
-            pipe.set(self.status_key(message.job_id), json.dumps(status), ex=int(self.config.status_ttl_s))
-        pipe.lrem(self.processing_key(worker_id), 1, message.raw)
-        pipe.execute()
+        With `taker` (the delivery that admitted the attempt), only while the
+        attempt's seen key names it: a report of an attempt that was returned
+        and taken by another worker is refused.
+        """
+        def write(pipe):
+            pipe.set(self.status_key(status["job_id"]), json.dumps(status),
+                     ex=int(self.config.status_ttl_s))
+
+        return self._while_held(status["job_id"], status["attempt"], taker, write)
+
+    def finish(self, message, worker_id, status=None, taker=None):
+        """Drop the message from the worker's processing list, writing its final status with it.
+
+        Returns False when the status was refused: with `taker`, it is written
+        only while that delivery still holds the attempt (`write_status`). The
+        message leaves the processing list either way: this worker is done with it.
+        """
+        processing = self.processing_key(worker_id)
+
+        def write(pipe):
+            if status is not None:
+                pipe.set(self.status_key(message.job_id), json.dumps(status),
+                         ex=int(self.config.status_ttl_s))
+            pipe.lrem(processing, 1, message.raw)
+
+        if self._while_held(message.job_id, message.attempt, taker, write):
+            return True
+        self.client.lrem(processing, 1, message.raw)
+        return False
+
+    def _while_held(self, job_id, attempt, taker, write):
+        """Run `write(pipe)` in one MULTI if `taker` holds the attempt (always when
+        `taker` is None); returns whether it ran.
+
+        WATCH makes the check and the write one step: a reaper that returns
+        the attempt in between, or a late delivery of the MULTI after it did
+        (the EXEC of a connection the network held), aborts the write.
+        """
+        seen = self.seen_key(job_id, attempt)
+        with self.client.pipeline(transaction=True) as pipe:
+            for _ in range(5):
+                try:
+                    if taker is not None:
+                        pipe.watch(seen)
+                        if _text(pipe.get(seen)) != taker:
+                            pipe.reset()
+                            return False
+                    pipe.multi()
+                    write(pipe)
+                    pipe.execute()
+                    return True
+                except WatchError:
+                    continue  # the seen key changed: look at it again
+        return False
 
     def dead_letter(self, raw, error, worker_id):
         """Move a poison message from the processing list to the dead letters.

@@ -19,6 +19,25 @@ status running -> handler -> result file written atomically -> status done
 and the message dropped from the processing list in one MULTI. A handler
 exception makes the status failed; the engine decides about retries.
 
+A worker cut off from Redis fences itself, by its own clock. Redis gives a
+silent worker's jobs to others once its heartbeat key lapses, and that key
+cannot lapse before `sent + CV_HEARTBEAT_TTL_S`, `sent` being when (on the
+worker's monotonic clock) the last heartbeat write that succeeded was sent.
+A thread that does no I/O watches that moment:
+
+    sent + TTL - margin      every running job is asked to stop (`should_stop()`
+                             says yes) and reports nothing more; no job starts
+                             until a heartbeat is written again
+    sent + TTL - margin / 4  a handler still running: the worker process ends
+                             itself (exit code 75) after one CRITICAL line; its
+                             process manager starts it again
+    sent + TTL               the earliest the heartbeat, and the jobs, can go
+
+A stopped job goes back to its queue: handed back by the worker once Redis
+answers, or returned by a reaper once the heartbeat lapsed, whichever comes
+first (a hand-back finds nothing to move after a reaper). Every Redis call
+fails within half the margin (`redis_timeout_s`), never hangs.
+
 `manage.py runcvworker` runs `CVWorker.run()` in the foreground; in local
 mode the engine calls `start_embedded_worker()` to run it in a thread.
 """
@@ -64,6 +83,35 @@ BACKOFF_MAX_S = 2.0
 # again: a stop never waits for a long blocking read to run out, at the cost
 # of a few idle BLMOVEs a second per thread.
 TAKE_WAIT_S = 0.5
+# The fence (see the module docstring). A job is stopped at least this long
+# before its worker's heartbeat can lapse: time for a handler to notice and
+# return, and for the process to end itself if it does not.
+FENCE_MARGIN_MIN_S = 1.0
+FENCE_TICK_S = 0.05  # how often the fence looks at the clock
+FENCE_EXIT_CODE = 75  # EX_TEMPFAIL, as the engine's worker: ended itself to fence a handler
+FENCED = "fenced"  # a CVJobContext.outcome: stopped because the heartbeat may lapse
+
+
+def fence_margin_s(config):
+    """How long before its heartbeat can lapse a cut-off worker stops its jobs.
+
+    A fifth of the TTL, and at least FENCE_MARGIN_MIN_S; but at most half of
+    what the TTL leaves after one heartbeat interval. The deadline then stays
+    well after the next beat is due (an interval after the last one, plus its
+    round trip), so a healthy worker never fences its jobs between two beats.
+    """
+    ttl_s, interval_s = config.heartbeat_ttl_s, config.heartbeat_interval_s
+    return min(max(FENCE_MARGIN_MIN_S, ttl_s / 5), (ttl_s - interval_s) / 2)
+
+
+def redis_timeout_s(config):
+    """The longest one Redis call of a CV worker may take (connect, send, reply).
+
+    Half the fence margin, so far shorter than the TTL: a handler's progress
+    write or cancel check on its way when its job is fenced fails before the
+    worker would have to end itself, three quarters of the margin later.
+    """
+    return fence_margin_s(config) / 2
 
 
 # --- Handlers -----------------------------------------------------------------
@@ -131,10 +179,16 @@ class CVJobContext:
         self.write_lock = threading.Lock()
         self.dirty = False
         self._written_at = 0.0
-        self.outcome = None  # "finished" or "handed_back": whoever sets it first decides
+        self.outcome = None  # "finished", "handed_back" or FENCED: whoever sets it first decides
         self.stop_seen = False  # the handler asked should_stop() and was told yes
         self.cancelled = False
         self._cancel_checked_at = 0.0
+        self.fenced = False  # the worker's heartbeat may lapse: stop now
+        self.exit_at = None  # monotonic: a fenced handler still running then ends the process
+        # Set once the handler has returned and its result file (if any) is
+        # written: from then on this attempt touches no file, which is what
+        # the fence waits for.
+        self.ended = threading.Event()
 
     @property
     def payload(self):
@@ -144,7 +198,8 @@ class CVJobContext:
         """Record progress (fraction 0..1; whatever is None stays as it was).
 
         Written to Redis at most about twice a second; a report skipped by
-        that throttle goes out with the next heartbeat. Never raises.
+        that throttle, or while Redis fails, goes out with the next heartbeat.
+        Never raises.
         """
         with self.lock:
             previous_phase = self.status["phase"]
@@ -159,7 +214,7 @@ class CVJobContext:
             due = (time.monotonic() - self._written_at >= PROGRESS_INTERVAL_S
                    or self.status["phase"] != previous_phase)
             self.dirty = True
-        if due:
+        if due and not self._worker.redis_down:
             self.flush()
 
     def flush(self):
@@ -172,31 +227,45 @@ class CVJobContext:
                 self.dirty = False
                 self._written_at = time.monotonic()
             try:
-                self._worker.transport.write_status(status)
+                # Refused (False) once the attempt is another delivery's: nothing to retry.
+                self._worker.transport.write_status(status, self.taker)
             except RedisError as exc:
                 with self.lock:
                     self.dirty = True
-                logger.debug("progress of job %s not written: %s", self.job_id, exc)
+                self._worker.redis_failed(exc)
 
     def should_stop(self):
-        """True once the engine asked to cancel this job or the worker is shutting down.
+        """True once the engine asked to cancel this job, the worker is shutting
+        down, or it was cut off from Redis long enough to be fenced.
 
         A handler that was told yes has stopped: whatever it returns then is
-        not taken as a result (the job is cancelled or handed back).
+        not taken as a result (the job is cancelled or handed back). Asks Redis
+        at most every CANCEL_CHECK_INTERVAL_S, and not while Redis fails.
         """
-        if self._worker.stopping:
+        if self.fenced or self._worker.stopping:
             self.stop_seen = True
             return True
         now = time.monotonic()
-        if not self.cancelled and now - self._cancel_checked_at >= CANCEL_CHECK_INTERVAL_S:
+        if (not self.cancelled and not self._worker.redis_down
+                and now - self._cancel_checked_at >= CANCEL_CHECK_INTERVAL_S):
             self._cancel_checked_at = now
             try:
                 self.cancelled = self._worker.transport.cancel_requested(self.job_id)
-            except RedisError:
-                pass  # cannot tell now; ask again on the next call
+            except RedisError as exc:
+                self._worker.redis_failed(exc)  # cannot tell now; ask again once Redis answers
         if self.cancelled:
             self.stop_seen = True
         return self.cancelled
+
+    def fence(self, exit_at):
+        """Stop this attempt for good: it reports nothing more, and its handler
+        must have returned by `exit_at` (monotonic)."""
+        with self.lock:
+            if self.outcome is None:
+                self.outcome = FENCED
+            if self.exit_at is None:
+                self.exit_at = exit_at
+        self.fenced = True
 
 
 # --- The worker -------------------------------------------------------------------
@@ -205,6 +274,9 @@ class CVJobContext:
 def default_worker_id():
     host = "".join(c if c.isalnum() or c in "_.-" else "-" for c in socket.gethostname())[:60] or "host"
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+_HAND_BACK = object()  # what CVWorker._attempt returns for a job to go back to its queue
 
 
 class _Backoff:
@@ -221,7 +293,8 @@ class _Backoff:
 class CVWorker:
     """Serves CV jobs of `types` with `concurrency` threads until asked to stop."""
 
-    def __init__(self, *, types=None, concurrency=1, worker_id=None, url=None, config=None):
+    def __init__(self, *, types=None, concurrency=1, worker_id=None, url=None, config=None,
+                 own_process=True):
         self.config = config or CVConfig.from_settings()
         self.types = list(types or registered_types())
         unknown = [t for t in self.types if t not in _handlers]
@@ -235,13 +308,19 @@ class CVWorker:
         self.worker_id = check_name("worker id", worker_id or default_worker_id())
         # Bytes, not text: a message that is not UTF-8 must still be readable
         # enough to dead-letter and remove by its exact value.
-        self.client = clients.build_client(url, decode_responses=False)
+        self.client = clients.build_client(url, decode_responses=False,
+                                           timeout_s=redis_timeout_s(self.config))
         self.transport = Transport(self.client, config=self.config)
+        # Whether the fence may end the process: not when it is shared (the
+        # embedded worker runs in the engine's worker, which has jobs of its own).
+        self.own_process = own_process
+        self.margin_s = fence_margin_s(self.config)
         self.ready = threading.Event()  # set once the heartbeat is first written
         self.exited = threading.Event()
         self._stop = threading.Event()
         self._beat_stop = threading.Event()
-        self._lock = threading.Lock()  # guards _running, _taking and _held
+        # Guards _running, _taking, _held and the fence's state below; never held across I/O.
+        self._lock = threading.Lock()
         self._running = {}  # id(ctx) -> CVJobContext
         self._taking = 0  # threads inside take(), which may still move a message
         self._held = Counter()  # raw message -> how many copies threads are serving
@@ -249,6 +328,20 @@ class CVWorker:
         self._threads = []
         self._heartbeat = None
         self._started_at = time.time()
+        # The fence's state, all monotonic:
+        self._beat_sent_at = None  # when the last heartbeat write that succeeded was sent
+        self._fenced_at = None  # when the jobs were fenced; None while heartbeats succeed
+        self._heard_at = time.monotonic()  # when a Redis call last succeeded
+        self._down_since = None  # when Redis began failing; None while it answers
+
+    @property
+    def fenced(self):
+        """Cut off from Redis for long enough that no job may start or go on."""
+        return self._fenced_at is not None
+
+    @property
+    def redis_down(self):
+        return self._down_since is not None
 
     @property
     def stopping(self):
@@ -278,6 +371,7 @@ class CVWorker:
             self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="cv-heartbeat",
                                                daemon=True)
             self._heartbeat.start()
+            threading.Thread(target=self._fence_loop, name="cv-fence", daemon=True).start()
             # Daemon threads: a handler that ignores every stop request must
             # not keep the process alive once its job is handed back.
             self._threads = [threading.Thread(target=self._serve_loop, name=f"cv-job-{n}", daemon=True)
@@ -302,6 +396,10 @@ class CVWorker:
     def _serve_loop(self):
         backoff = _Backoff()
         while not self._stop.is_set():
+            if self.fenced:
+                # A job taken now could be given to another worker while it runs.
+                self._stop.wait(TAKE_WAIT_S)
+                continue
             with self._lock:
                 self._taking += 1
             taken = None
@@ -322,9 +420,8 @@ class CVWorker:
                     self._taking -= 1
                     if taken is not None:
                         self._held[taken[1]] += 1
-            if backoff.failures:
-                logger.info("CV worker %s: Redis is reachable again", self.worker_id)
-                backoff.failures = 0
+            backoff.failures = 0
+            self.redis_answered()
             if taken is not None:
                 try:
                     self._serve(*taken)
@@ -358,7 +455,7 @@ class CVWorker:
             if admission is Admission.CANCELLED:
                 status = new_status(message.job_id, message.attempt, State.FAILED, error_code="cancelled",
                                     error=gettext("Cancelled before it started."), worker=self.worker_id)
-            self._retry(self.transport.finish, message, self.worker_id, status)
+            self._retry(self.transport.finish, message, self.worker_id, status, taker)
         except Exception as exc:  # noqa: BLE001 - a bug here must not kill the thread or loop on the message
             logger.exception("CV worker error on job %s; dead-lettering it", message.job_id)
             error = PoisonMessage(f"worker error: {exc.__class__.__name__}: {exc}",
@@ -368,7 +465,14 @@ class CVWorker:
     def _run(self, message, taker=None):
         ctx = CVJobContext(self, message, taker)
         with self._lock:
-            self._running[id(ctx)] = ctx
+            # Checked under the lock the fence takes: a job registered here is
+            # one the fence sees, and none starts once it has fired.
+            fenced = self.fenced
+            if not fenced:
+                self._running[id(ctx)] = ctx
+        if fenced:
+            self._hand_back(ctx)  # admitted as the worker was cut off: never started
+            return
         try:
             self._execute(ctx)
         finally:
@@ -376,39 +480,56 @@ class CVWorker:
                 self._running.pop(id(ctx), None)
 
     def _execute(self, ctx):
+        try:
+            report = self._attempt(ctx)
+        finally:
+            ctx.ended.set()
+        if report is _HAND_BACK:
+            self._hand_back(ctx)
+        elif report is not None:
+            with ctx.write_lock:
+                recorded = self._retry(self.transport.finish, ctx.message, self.worker_id, report,
+                                       ctx.taker, until_killed=True)
+            if not recorded:
+                logger.warning("job %s attempt %d: outcome not recorded: the attempt is no longer "
+                               "this worker's", ctx.job_id, ctx.attempt)
+
+    def _attempt(self, ctx):
+        """Run the handler and store its result; returns the final status to
+        report, _HAND_BACK, or None when there is nothing to report."""
         message = ctx.message
         try:
-            self.transport.write_status(dict(ctx.status))
+            self.transport.write_status(dict(ctx.status), ctx.taker)
         except RedisError as exc:
+            self.redis_failed(exc)
             logger.warning("job %s: could not mark it running: %s", message.job_id, exc)
         result, error = None, None
-        try:
-            ctx.work_dir.mkdir(parents=True, exist_ok=True)
-            result = _handlers[message.type].func(ctx, message.payload)
-        except BaseException as exc:  # noqa: BLE001 - any handler failure is reported, not raised
-            # A sys.exit() in a handler is that job failing: let through, it
-            # would end this thread with the job left running.
-            error = exc
+        if not ctx.fenced:  # fenced while being marked running: never started
+            try:
+                ctx.work_dir.mkdir(parents=True, exist_ok=True)
+                result = _handlers[message.type].func(ctx, message.payload)
+            except BaseException as exc:  # noqa: BLE001 - any handler failure is reported, not raised
+                # A sys.exit() in a handler is that job failing: let through, it
+                # would end this thread with the job left running.
+                error = exc
         with ctx.lock:
-            # Shutdown may have handed the job back while the handler ran on
-            # past the grace; then its late end must change nothing.
-            if ctx.outcome is not None:
-                return
-            ctx.outcome = "finished"
+            outcome = ctx.outcome
+            if outcome is None:
+                ctx.outcome = "finished"
+        if outcome == FENCED:
+            return _HAND_BACK  # whatever the handler did is not reported: the attempt may be another's
+        if outcome is not None:
+            return None  # shutdown handed it back while the handler ran on past the grace
         if ctx.cancelled:
-            status = self._final(ctx, State.FAILED, error_code="cancelled", error=gettext("Cancelled."))
-        elif ctx.stop_seen:
-            self._hand_back(ctx)
-            return
-        elif error is not None:
+            return self._final(ctx, State.FAILED, error_code="cancelled", error=gettext("Cancelled."))
+        if ctx.stop_seen:
+            return _HAND_BACK
+        if error is not None:
             logger.info("job %s attempt %d failed: %r", message.job_id, message.attempt, error)
             code = getattr(error, "code", None)
-            status = self._final(ctx, State.FAILED, error=str(error) or error.__class__.__name__,
-                                 error_code=code if isinstance(code, str) else error.__class__.__name__)
-        else:
-            status = self._store_result(ctx, result)
-        with ctx.write_lock:
-            self._retry(self.transport.finish, message, self.worker_id, status, until_killed=True)
+            return self._final(ctx, State.FAILED, error=str(error) or error.__class__.__name__,
+                               error_code=code if isinstance(code, str) else error.__class__.__name__)
+        return self._store_result(ctx, result)
 
     def _store_result(self, ctx, result):
         if not isinstance(result, dict):
@@ -433,23 +554,30 @@ class CVWorker:
         status = new_status(ctx.job_id, ctx.attempt, State.QUEUED, worker=self.worker_id,
                             message=gettext("Handed back: the CV worker stopped before finishing it."))
         with ctx.write_lock:
-            self._retry(self.transport.hand_back, ctx.message, self.worker_id, status,
-                        until_killed=True)
-        logger.info("job %s attempt %d handed back", ctx.job_id, ctx.attempt)
+            moved = self._retry(self.transport.hand_back, ctx.message, self.worker_id, status,
+                                until_killed=True)
+        if moved:
+            logger.info("job %s attempt %d handed back", ctx.job_id, ctx.attempt)
+        else:
+            logger.info("job %s attempt %d: nothing to hand back, a reaper returned it as this "
+                        "worker's heartbeat lapsed", ctx.job_id, ctx.attempt)
 
     # --- heartbeat and shutdown ---
 
     def _beat(self):
         with self._lock:
             running = list(self._running.values())
-        for ctx in running:
-            ctx.flush()  # progress the throttle held back
         info = {
             "worker_id": self.worker_id, "host": socket.gethostname(), "pid": os.getpid(),
             "types": self.types, "concurrency": self.concurrency, "started": self._started_at,
             "jobs": [ctx.job_id for ctx in running], "beat_at": time.time(),
         }
+        # Taken before the write goes out: Redis starts the key's TTL later than this.
+        sent = time.monotonic()
         self.transport.beat(self.worker_id, info, [ctx.job_id for ctx in running])
+        self._beat_written(sent)
+        for ctx in running:
+            ctx.flush()  # progress the throttle (or an outage) held back
         reminders = []
         for ctx in running:
             with ctx.lock:
@@ -464,7 +592,6 @@ class CVWorker:
 
     def _heartbeat_loop(self):
         # Its own thread, so a long job never lets the heartbeat lapse.
-        backoff = _Backoff()
         while not self._beat_stop.wait(self.config.heartbeat_interval_s):
             try:
                 self._beat()
@@ -473,10 +600,60 @@ class CVWorker:
             except (RedisError, OSError) as exc:
                 # OSError: the client's socket closed under us (shutdown, a
                 # reset); the heartbeat thread must outlive it like a Redis error.
-                self._log_redis_error(exc, backoff)
-                backoff.failures += 1
-            else:
-                backoff.failures = 0
+                self.redis_failed(exc)
+
+    def _beat_written(self, sent):
+        """A heartbeat write sent at `sent` (monotonic) succeeded: the key lives
+        until `sent + TTL` at least, and jobs may start again."""
+        with self._lock:
+            self._beat_sent_at = sent if self._beat_sent_at is None else max(self._beat_sent_at, sent)
+            lifted = self._fenced_at is not None
+            self._fenced_at = None
+        self.redis_answered()
+        if lifted:
+            logger.info("CV worker %s: heartbeat written again; taking jobs again", self.worker_id)
+
+    # --- the fence (no I/O here: it must act on time whatever Redis or the network does) ---
+
+    def _fence_loop(self):
+        while not self._beat_stop.wait(FENCE_TICK_S):
+            self._check_fence(time.monotonic())
+
+    def _check_fence(self, now):
+        """Fence the running jobs once the heartbeat's lapse is a margin away;
+        end the process when a fenced handler runs on past its `exit_at`."""
+        with self._lock:
+            lapses_at = self._beat_sent_at + self.config.heartbeat_ttl_s
+            heard_at = self._heard_at
+            running = [ctx for ctx in self._running.values() if not ctx.ended.is_set()]
+            fencing = self._fenced_at is None and now >= lapses_at - self.margin_s
+            if fencing:
+                self._fenced_at = now
+        if fencing:
+            for ctx in running:
+                ctx.fence(lapses_at - self.margin_s / 4)
+            logger.warning("CV worker %s: Redis unreachable for %.1f s: stopping %d job(s) whose "
+                           "heartbeat lapses in %.1f s; taking no new ones until a heartbeat is written",
+                           self.worker_id, now - heard_at, len(running), lapses_at - now)
+            return
+        for ctx in running:
+            if ctx.exit_at is not None and now >= ctx.exit_at:
+                self._end_process(ctx, ctx.exit_at + self.margin_s / 4 - now)
+
+    def _end_process(self, ctx, lapse_in_s):
+        """A fenced handler did not stop: end the process before the job can be given to another."""
+        if self.own_process:
+            logger.critical("CV worker %s: the handler of job %s attempt %d did not stop and the "
+                            "heartbeat lapses in %.2f s: the worker ends itself (exit code %d) so that it "
+                            "never runs beside the job's next attempt", self.worker_id, ctx.job_id,
+                            ctx.attempt, lapse_in_s, FENCE_EXIT_CODE)
+            os._exit(FENCE_EXIT_CODE)
+        with ctx.lock:
+            ctx.exit_at = None  # said once
+        logger.critical("CV worker %s: the handler of job %s attempt %d did not stop and the heartbeat "
+                        "lapses in %.2f s: it may run beside the job's next attempt (an embedded worker "
+                        "does not end the process it shares)", self.worker_id, ctx.job_id, ctx.attempt,
+                        lapse_in_s)
 
     def _return_orphans(self):
         """Return messages in this worker's processing list that no thread serves.
@@ -512,7 +689,10 @@ class CVWorker:
             late = list(self._running.values())
         for ctx in late:
             with ctx.lock:
-                if ctx.outcome is not None:
+                # A fenced job whose handler runs on goes back too: the worker leaves.
+                # One whose handler returned is being handed back by its own thread.
+                fenced_running = ctx.outcome == FENCED and not ctx.ended.is_set()
+                if ctx.outcome is not None and not fenced_running:
                     continue  # it has just finished and is recording that
                 ctx.outcome = "handed_back"
             self._hand_back(ctx)
@@ -547,33 +727,54 @@ class CVWorker:
         backoff = _Backoff()
         while True:
             try:
-                return step(*args)
+                result = step(*args)
             except RedisError as exc:
                 if self._stop.is_set() and not until_killed:
                     return None
                 self._pause_after(exc, backoff)
+            else:
+                self.redis_answered()
+                return result
 
     def _pause_after(self, exc, backoff):
-        self._log_redis_error(exc, backoff)
+        self.redis_failed(exc)
         delay_s = backoff.next_s()
         if self._stop.is_set():
             time.sleep(delay_s)
         else:
             self._stop.wait(delay_s)  # a stop request cuts the pause short
 
-    def _log_redis_error(self, exc, backoff):
-        if backoff.failures == 0:
+    def redis_failed(self, exc):
+        """A Redis call failed (from any thread): said once per outage, not once per retry."""
+        with self._lock:
+            first = self._down_since is None
+            if first:
+                self._down_since = time.monotonic()
+        if first:
             logger.warning("CV worker %s: Redis error, retrying: %s: %s",
                            self.worker_id, exc.__class__.__name__, exc)
         else:
             logger.debug("CV worker %s: Redis still failing: %s", self.worker_id, exc)
 
+    def redis_answered(self):
+        """A Redis call succeeded (from any thread): the end of an outage is said once."""
+        now = time.monotonic()
+        with self._lock:
+            heard_at, self._heard_at = self._heard_at, now
+            was_down = self._down_since is not None
+            self._down_since = None
+        if was_down:
+            logger.info("CV worker %s: Redis is reachable again after %.1f s", self.worker_id,
+                        now - heard_at)
+
 
 def start_embedded_worker(types=None, concurrency=1, **options):
     """Run a CV worker in a daemon thread of this process (local mode); returns the CVWorker.
 
-    Stop it with `worker.request_stop()` and wait on `worker.exited`.
+    Stop it with `worker.request_stop()` and wait on `worker.exited`. It never
+    ends the process it shares (`own_process`), unless told to.
     """
+    options.setdefault("own_process", False)
     discover_handlers()
     worker = CVWorker(types=types, concurrency=concurrency, **options)
     threading.Thread(target=worker.run, name="cv-worker", daemon=True).start()

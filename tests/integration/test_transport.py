@@ -383,7 +383,8 @@ def test_a_blocking_wait_longer_than_the_socket_timeout_does_not_raise(
     client = clients.build_client(redis_url)
     assert client.connection_pool.connection_kwargs["socket_timeout"] == 2.0
     worker = workers(types=["noop"], url=redis_url, config=channel.config)
-    assert worker.client.connection_pool.connection_kwargs["socket_timeout"] == 2.0
+    # The CV worker's own client times out sooner: within its fence's margin (jobs/cv/worker.py).
+    assert worker.client.connection_pool.connection_kwargs["socket_timeout"] <= 2.0
     transport = Transport(client, config=channel.config)
     started = time.monotonic()
     try:
