@@ -62,6 +62,14 @@ class WorkerProcess:
     def wait(self, timeout_s):
         return self.process.wait(timeout_s)
 
+    @staticmethod
+    def kill_survivors(workers):
+        """A test's teardown: kill the workers still running."""
+        for worker in workers:
+            if worker.process.poll() is None:
+                worker.process.kill()
+                worker.process.wait(10)
+
 
 @pytest.fixture
 def cv_workers(tmp_path):
@@ -74,10 +82,7 @@ def cv_workers(tmp_path):
         return worker
 
     yield start
-    for worker in started:
-        if worker.process.poll() is None:
-            worker.process.kill()
-            worker.process.wait(10)
+    WorkerProcess.kill_survivors(started)
 
 
 @pytest.fixture

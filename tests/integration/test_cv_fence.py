@@ -69,10 +69,7 @@ def fleet(channel, tmp_path):
         return worker
 
     yield start
-    for worker in started:
-        if worker.process.poll() is None:
-            worker.process.kill()
-            worker.process.wait(10)
+    WorkerProcess.kill_survivors(started)
 
 
 def through(proxy, redis_url):
