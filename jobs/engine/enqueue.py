@@ -131,8 +131,7 @@ def resolve(kind, payload=None, *, priority=None, queue=None, owner=None, run_af
 
 
 @dbwait.spinning
-def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(), _again=False,
-            **options):
+def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(), **options):
     """Queue one job and return it (or the live/finished job it merges into).
 
     - unique key: at most one live job per key; enqueueing again returns it,
@@ -154,9 +153,6 @@ def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(),
       ("cancel" or "run") says what a failed one does to it. Only a new job
       is linked: one merged into a live job keeps that job's parents;
     - transactional: inside `transaction.atomic()` the job exists only if that commits.
-
-    `_again` is `run_again`'s: a run asked while the key's last job ran is new,
-    whatever its fingerprint, so that finished job is never the answer.
     """
     replace = tuple(replace or ())
     if set(replace) - set(queries.REPLACEABLE):
@@ -170,8 +166,8 @@ def enqueue(kind, payload=None, *, supersede=False, depends_on=None, replace=(),
         # The key locks taken to decide parking, and the parents' locks, are
         # held until the insert (and its links) commit.
         with transaction.atomic():
-            return _enqueue_one(job, supersede, replace=replace, parents=parents, again=_again)
-    return _enqueue_one(job, supersede, replace=replace, parents=parents, again=_again)
+            return _enqueue_one(job, supersede, replace=replace, parents=parents)
+    return _enqueue_one(job, supersede, replace=replace, parents=parents)
 
 
 def _enqueue_one(job, supersede, *, replace=(), parents=(), again=False):
@@ -283,10 +279,14 @@ def run_again(job, fingerprint, payload=None):
     """Queue `job` again for what was asked of it while it ran (the after-end pipeline's
     first step, jobs/engine/transitions.py): the same key, kind and policy, for
     `fingerprint`, with `payload` (a replace's; None: the job's own)."""
-    again = enqueue(job.kind, job.payload if payload is None else payload, owner=job.owner,
-                    priority=job.priority, queue=job.queue, unique_key=job.unique_key,
-                    fingerprint=fingerprint, concurrency_keys=job.concurrency_keys,
-                    rate_key=job.rate_key, max_attempts=job.max_attempts,
-                    on_dependency_failure=job.on_dependency_failure, _again=True)
+    again = build_job(job.kind, job.payload if payload is None else payload, owner=job.owner,
+                      priority=job.priority, queue=job.queue, unique_key=job.unique_key,
+                      fingerprint=fingerprint, concurrency_keys=job.concurrency_keys,
+                      rate_key=job.rate_key, max_attempts=job.max_attempts,
+                      on_dependency_failure=job.on_dependency_failure)
+    limits.ensure([again])
+    # Already in the transaction that ended `job`. A run asked while the key's last job ran
+    # is new whatever its fingerprint: that finished job is never the answer.
+    again = _enqueue_one(again, False, again=True)
     history.note(job, Action.RUN_AGAIN, reason=_("Newer data was asked for while it ran."),
                  run=again.pk)

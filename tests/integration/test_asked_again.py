@@ -78,7 +78,7 @@ def test_a_run_again_that_cannot_be_queued_is_logged_and_the_job_still_ends(monk
     def refuse(*args, **kwargs):
         raise RuntimeError("the queue refused it")
 
-    monkeypatch.setattr(enqueue, "enqueue", refuse)
+    monkeypatch.setattr(enqueue, "_enqueue_one", refuse)
     assert outcome.record(job, Outcome.SUCCEEDED) is True
     assert jobs_of_the_key() == [(JobStatus.SUCCESSFUL, "v1", "")]
     assert f"running job {job.pk} again for newer data failed" in caplog.text
