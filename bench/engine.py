@@ -127,11 +127,11 @@ def run_worker_until_measured_done(url, scratch, after):
 # longest wait. The median of five reads, in milliseconds.
 LATENCY_READ = """
 import statistics, time
-from jobs import metrics
+from jobs.selectors import counts
 runs = []
 for _ in range(5):
     started = time.perf_counter()
-    metrics.queue_latencies()
+    counts.queue_latencies()
     runs.append(time.perf_counter() - started)
 print(statistics.median(runs) * 1000)
 """

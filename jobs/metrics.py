@@ -44,15 +44,13 @@ from jobs.engine import rollup
 from jobs.models import Queue, Worker
 from jobs.runtime import scheduler
 from jobs.selectors import standing as selectors
-from jobs.selectors.counts import (  # noqa: F401  (read as metrics.X by its callers)
-    EXACT_COUNT_ROWS,
+from jobs.selectors.counts import (
     queue_latencies,
     recent_claims,
     recent_failures,
     recent_finished,
     recent_retries,
     state_counts,
-    table_rows_estimate,
 )
 
 

@@ -19,13 +19,14 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from jobs import bounds, conf, metrics, services
+from jobs import bounds, conf, services
 from jobs.admin import charts
 from jobs.admin import dashboard as dashboards
 from jobs.engine import order, registry
 from jobs.exceptions import IllegalTransition
 from jobs.models import CLAIMABLE, PARKED, Job, JobStatus, Queue, Worker
 from jobs.selectors import standing as selectors
+from jobs.selectors.counts import queue_latencies, state_counts
 from jobs.selectors.present import KindPrefixes
 
 PER_PAGE = 200  # jobs listed on one page of "up next"
@@ -118,10 +119,10 @@ class QueueLimitsForm(forms.Form):
 
 def queues(model_admin, request):
     names = selectors.queue_names()
-    counts = metrics.state_counts(names)
+    counts = state_counts(names)
     counts = dict(sorted(counts.items(), key=lambda item: (item[0] != "default", item[0])))
     rows = {row.name: row for row in Queue.objects.all()}
-    latency = metrics.queue_latencies()
+    latency = queue_latencies()
     serving = {}
     cutoff = timezone.now() - timedelta(seconds=conf.JOBS_WORKER_DEAD_AFTER_SECONDS)
     for served in Worker.objects.filter(stopped_at__isnull=True, heartbeat_at__gte=cutoff).values_list(

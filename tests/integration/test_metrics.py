@@ -117,7 +117,7 @@ def test_each_queues_latency_is_its_longest_wait_among_the_jobs_a_worker_could_t
     waiting("c", 900, status=JobStatus.RUNNING)
     waiting("d", 5)
     waiting("d", -60)
-    latencies = metrics.queue_latencies(now)
+    latencies = counts.queue_latencies(now)
     assert set(latencies) == {"a", "d"}
     assert latencies["a"] == pytest.approx(90, abs=1)
     assert latencies["d"] == pytest.approx(5, abs=1)
@@ -137,7 +137,7 @@ def test_the_latency_read_probes_each_queue_once_through_its_index_however_many_
     scans = [node for node in _nodes(plan[0]["Plan"]) if node.get("Index Name") == "jobs_job_waiting"]
     assert sum(node["Actual Loops"] for node in scans) == 6
     assert max(node["Actual Rows"] for node in scans) <= 1
-    assert set(metrics.queue_latencies()) == {f"q{n}" for n in range(5)}
+    assert set(counts.queue_latencies()) == {f"q{n}" for n in range(5)}
 
 
 def _nodes(node):
@@ -158,7 +158,7 @@ def test_large_tables_count_live_states_exactly_and_estimate_the_rest(client, mo
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE jobs_job")
-    by_state = metrics.state_counts(["default"])["default"]
+    by_state = counts.state_counts(["default"])["default"]
     assert by_state[JobStatus.READY] == (1, True)
     assert by_state[JobStatus.RUNNING] == (0, True)
     value, exact = by_state[JobStatus.SUCCESSFUL]

@@ -7,10 +7,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import metrics, services
+from jobs import services
 from jobs.engine import outcome, rollup
 from jobs.maintenance import prune, sampling
 from jobs.models import DURATION_BOUNDS_S, Job, JobRollup, JobStatus, Outcome, QueueSample
+from jobs.selectors import counts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,9 +48,9 @@ def test_a_worker_counts_what_it_finishes_once_each_by_queue_kind_and_outcome(ru
             == row.took_count
 
     # /metrics reads the same rows.
-    assert metrics.recent_failures(timezone.now() - timedelta(minutes=5)) == {
+    assert counts.recent_failures(timezone.now() - timedelta(minutes=5)) == {
         "tests.fail_permanent": 1, "tests.fail_value_error": 1}
-    assert metrics.recent_retries(timezone.now() - timedelta(minutes=5)) == {"tests.fail_value_error": 1}
+    assert counts.recent_retries(timezone.now() - timedelta(minutes=5)) == {"tests.fail_value_error": 1}
 
 
 def test_a_transition_that_rolls_back_counts_nothing(run_worker):

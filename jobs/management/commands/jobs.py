@@ -18,12 +18,13 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from jobs import conf, metrics, services
+from jobs import conf, services
 from jobs.admin import redact
 from jobs.admin import views as admin_views
 from jobs.engine import dependencies
 from jobs.models import Job, JobStatus, Queue, Worker
 from jobs.selectors import standing as selectors
+from jobs.selectors.counts import queue_latencies, state_counts
 from jobs.selectors.filters import FilterError, JobFilter
 
 DRY_RUN_LISTED = 1000  # jobs a dry run lists; it counts them all
@@ -73,8 +74,8 @@ class Command(BaseCommand):
     def status(self):
         now = timezone.now()
         names = selectors.queue_names()
-        counts = metrics.state_counts(names)
-        latency = metrics.queue_latencies(now)
+        counts = state_counts(names)
+        latency = queue_latencies(now)
         rows = {row.name: row for row in Queue.objects.all()}
         queues = []
         for name, states in counts.items():
